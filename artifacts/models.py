@@ -1,0 +1,216 @@
+"""The relay's tables, with the operational names runbooks and SQL checks use.
+
+Every table the incremental-reads runbook names lives here, because migrations 0076-0078 alter
+them. Surrogate integer keys plus natural-key unique constraints: Django's admin cannot register
+composite primary keys. Channel ids are plain UUID columns (not foreign keys) in the member, head
+and revision tables, as in the original schema, so the sync indexes cover them directly and 0077
+adds no foreign-key validation scan.
+
+The five sync columns (`modified_at`, `sync_modified_at`, `artifact_policy_modified_at`,
+`source_channel_id`) are added by 0077 with constant defaults, then defaulted to `now()` in the
+database. `db_default=Now()` keeps new rows stamped by PostgreSQL's clock even for inserts that do
+not name the column; writers still set them explicitly to `Now()` on every change.
+"""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models.functions import Now
+
+from artifacts.db import TransactionNow
+
+
+class Community(models.Model):
+    host = models.CharField(max_length=253, unique=True, help_text="lowercase, without port")
+    name = models.CharField(max_length=200)
+    admin_pubkeys = ArrayField(models.CharField(max_length=64), default=list, blank=True)
+    artifacts_enabled = models.BooleanField(default=True)
+    # NULL = every artifact type is allowed.
+    artifact_types = ArrayField(models.CharField(max_length=100), null=True, blank=True)
+    open_channel_creation = models.BooleanField(default=False)
+    # Incremented under the community's row lock by every listing or policy change, so a round can
+    # tell "nothing changed" without comparing timestamps (stamps are not unique).
+    listing_version = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(db_default=Now())
+    artifact_policy_modified_at = models.DateTimeField(db_default=TransactionNow())
+
+    class Meta:
+        db_table = "communities"
+        verbose_name_plural = "communities"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.host})"
+
+
+class Channel(models.Model):
+    class Visibility(models.TextChoices):
+        OPEN = "open"
+        PRIVATE = "private"
+
+    community = models.ForeignKey(
+        Community, on_delete=models.CASCADE, related_name="channels", db_index=False
+    )
+    channel_id = models.UUIDField()
+    name = models.CharField(max_length=200, blank=True, default="")
+    visibility = models.CharField(
+        max_length=7, choices=Visibility.choices, default=Visibility.OPEN
+    )
+    created_by = models.CharField(max_length=64, blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+    archived_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "channels"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["community", "channel_id"], name="channels_community_channel_uniq"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name or self.channel_id}"
+
+
+class ChannelMember(models.Model):
+    class Role(models.TextChoices):
+        OWNER = "owner"
+        ADMIN = "admin"
+        MEMBER = "member"
+
+    community = models.ForeignKey(
+        Community, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    channel_id = models.UUIDField()
+    pubkey = models.CharField(max_length=64)
+    role = models.CharField(max_length=6, choices=Role.choices, default=Role.MEMBER)
+    joined_at = models.DateTimeField(db_default=Now())
+    removed_at = models.DateTimeField(null=True, blank=True)
+    sync_modified_at = models.DateTimeField(db_default=TransactionNow())
+
+    class Meta:
+        db_table = "channel_members"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["community", "channel_id", "pubkey"],
+                name="channel_members_natural_uniq",
+            )
+        ]
+        indexes = [
+            # Built by 0078. Rounds use it to list a reader's channels and to see whether its
+            # memberships changed since a token.
+            models.Index(
+                fields=["community", "pubkey", "sync_modified_at", "channel_id"],
+                name="channel_members_sync",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pubkey[:12]} in {self.channel_id}"
+
+
+class Event(models.Model):
+    """A stored signed event, kept byte-for-byte as received (reads emit `raw` as stored)."""
+
+    community = models.ForeignKey(
+        Community, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    event_id = models.CharField(max_length=64)
+    pubkey = models.CharField(max_length=64)
+    kind = models.IntegerField()
+    created_at = models.BigIntegerField()
+    channel_id = models.UUIDField(null=True, blank=True)
+    raw = models.TextField()
+    received_at = models.DateTimeField(db_default=Now())
+    # Redaction (kind 9005) sets this; the row stays so the head can still point at it.
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "events"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["community", "event_id"], name="events_community_event_uniq"
+            )
+        ]
+        indexes = [
+            # WebSocket REQ replay of removal markers and channel events by channel and kind.
+            models.Index(
+                fields=["community", "channel_id", "kind", "created_at"],
+                name="events_channel_kind",
+            )
+        ]
+
+
+class ArtifactHead(models.Model):
+    community = models.ForeignKey(
+        Community, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    artifact_id = models.UUIDField()
+    event_id = models.CharField(max_length=64)
+    channel_id = models.UUIDField()
+    artifact_type = models.CharField(max_length=100)
+    root = models.CharField(max_length=64, null=True, blank=True)
+    deleted = models.BooleanField(default=False)
+    created_at = models.BigIntegerField(help_text="created_at of the head event")
+    modified_at = models.DateTimeField(db_default=TransactionNow())
+
+    class Meta:
+        db_table = "artifact_heads"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["community", "artifact_id"], name="artifact_heads_natural_uniq"
+            )
+        ]
+        # Built by migration 0078 (the runbook names them).
+        indexes = [
+            # Full-round paging on (modified_at, artifact_id) and continuation candidates.
+            models.Index(
+                fields=["community", "modified_at", "artifact_id"], name="artifact_heads_modified"
+            ),
+            # Plain reads and WebSocket replay by channel.
+            models.Index(
+                fields=["community", "channel_id", "artifact_id"], name="artifact_heads_channel"
+            ),
+        ]
+
+
+class ArtifactRevision(models.Model):
+    class Op(models.TextChoices):
+        CREATE = "create"
+        UPDATE = "update"
+        MOVE = "move"
+        DELETE = "delete"
+        RESTORE = "restore"
+
+    community = models.ForeignKey(
+        Community, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    event_id = models.CharField(max_length=64)
+    artifact_id = models.UUIDField()
+    channel_id = models.UUIDField()
+    op = models.CharField(max_length=7, choices=Op.choices)
+    prev_event_id = models.CharField(max_length=64, null=True, blank=True)
+    created_at = models.BigIntegerField()
+    # The old home of an accepted move; NULL for every other revision. Plain UUID column.
+    source_channel_id = models.UUIDField(null=True, blank=True)
+    modified_at = models.DateTimeField(db_default=TransactionNow())
+
+    class Meta:
+        db_table = "artifact_revisions"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["community", "event_id"], name="artifact_revisions_natural_uniq"
+            )
+        ]
+        # idx_artifact_revisions_artifact (community_id, artifact_id): history reads and the
+        #   head's revision lookup; created in migration 0076 (its name is longer than Django's
+        #   30-character index-name limit, so it is not declared here).
+        indexes = [
+            # Continuation rounds' moved candidates; built by migration 0078.
+            models.Index(
+                fields=["community", "modified_at", "event_id"],
+                name="artifact_revisions_moves",
+                condition=models.Q(source_channel_id__isnull=False),
+            )
+        ]

@@ -1,0 +1,43 @@
+"""buzz-admin serve: HTTP and WebSocket with the production ASGI server."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from buzzrelay.cli import fail, setup_django
+
+HELP = "serve HTTP and WebSocket with the production server (needs DATABASE_URL)"
+# Configuration is checked here, then again in each worker process the server starts.
+SETUP_DJANGO = False
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--workers", type=int, default=1, help="worker processes")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.database_url:
+        os.environ["DATABASE_URL"] = args.database_url
+    if not os.environ.get("DATABASE_URL"):
+        fail(
+            "DATABASE_URL is not set: serve needs the deployment's PostgreSQL "
+            "(the embedded database is for bin/quickstart only)",
+            code=2,
+        )
+    setup_django(None)
+    import uvicorn
+
+    uvicorn.run(
+        "buzzrelay.asgi:application",
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        lifespan="off",
+        log_level="warning",
+        ws_max_size=131072,
+        timeout_graceful_shutdown=10,
+    )
+    return 0

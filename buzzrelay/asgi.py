@@ -1,0 +1,32 @@
+"""ASGI entry: HTTP to Django (NIP-11 on `/` included), the WebSocket at `/` to the relay consumer.
+
+Nostr clients send any Origin or none, and authenticate with NIP-42, never cookies: so no
+origin validation and no session middleware on the WebSocket.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "buzzrelay.settings")
+
+from buzzrelay.config import ConfigError, load_config  # noqa: E402
+
+try:
+    load_config()
+except ConfigError as exc:
+    sys.stderr.write(f"configuration error: {exc}\n")
+    sys.exit(2)
+
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+django_application = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter  # noqa: E402
+
+from artifacts.ws.routing import websocket_application  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {"http": django_application, "websocket": websocket_application}
+)

@@ -1,0 +1,75 @@
+"""`buzz-admin`: the operators' command (PROTOCOL.md section 9).
+
+Each subcommand is a module of `buzzrelay.admin_commands` exposing `HELP`, `add_arguments(parser)`
+and `run(args) -> int`; this file only discovers them, reads the configuration and dispatches.
+Every subcommand takes the deployment from DATABASE_URL or `--database-url`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pkgutil
+import sys
+from types import ModuleType
+
+from buzzrelay import admin_commands
+
+
+def _subcommands() -> dict[str, ModuleType]:
+    found = {}
+    for info in pkgutil.iter_modules(admin_commands.__path__):
+        if not info.name.startswith("_"):
+            module = importlib.import_module(f"{admin_commands.__name__}.{info.name}")
+            found[info.name.replace("_", "-")] = module
+    return found
+
+
+def build_parser(commands: dict[str, ModuleType]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="buzz-admin", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module in sorted(commands.items()):
+        command_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        command_parser.add_argument(
+            "--database-url", help="the deployment's database (default: $DATABASE_URL)"
+        )
+        module.add_arguments(command_parser)
+    return parser
+
+
+def setup_django(database_url: str | None) -> None:
+    """Configure Django for `database_url`; exits with one line on a configuration error."""
+    if database_url:
+        os.environ["DATABASE_URL"] = database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "buzzrelay.settings")
+    from buzzrelay.config import ConfigError, load_config
+
+    try:
+        load_config()
+    except ConfigError as exc:
+        fail(f"configuration error: {exc}", code=2)
+    import django
+
+    django.setup()
+
+
+def fail(message: str, *, code: int = 1) -> None:
+    sys.stderr.write(f"buzz-admin: {message}\n")
+    raise SystemExit(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    commands = _subcommands()
+    args = build_parser(commands).parse_args(argv)
+    module = commands[args.command]
+    if getattr(module, "SETUP_DJANGO", True):
+        setup_django(args.database_url)
+    try:
+        return int(module.run(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

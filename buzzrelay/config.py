@@ -1,0 +1,202 @@
+"""The relay's configuration, read from the environment once and validated.
+
+Every entry point (manage.py, buzz-admin, the ASGI application) calls `load_config()` before
+Django configures itself, so a bad value stops the process with one clear line instead of a
+traceback from deep inside Django. Library code never reads the environment: it reads
+`django.conf.settings`, which settings.py fills from this object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from dataclasses import dataclass, field
+from functools import cache
+from ipaddress import ip_network
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from nostr.schnorr import is_valid_secret, pubkey_from_secret
+
+
+class ConfigError(Exception):
+    """A configuration value is missing or wrong; the message is one line for the operator."""
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    name: str
+    user: str
+    password: str
+    host: str
+    port: str
+    options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    database: DatabaseConfig | None
+    database_url: str | None
+    redis_url: str | None
+    relay_secret: str
+    relay_pubkey: str
+    relay_key_generated: bool
+    previous_relay_secrets: tuple[str, ...]
+    public_url: str | None
+    trusted_proxies: tuple[str, ...]
+    secret_key: str
+    debug: bool
+    overlap_seconds: int
+    token_max_age_seconds: int
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(name)
+    return value if value not in (None, "") else None
+
+
+def _secret(name: str) -> str | None:
+    """`NAME` or the contents of the file named by `NAME_FILE` (Docker/Kubernetes secrets)."""
+    direct, path = _env(name), _env(f"{name}_FILE")
+    if direct and path:
+        raise ConfigError(f"set {name} or {name}_FILE, not both")
+    if path:
+        try:
+            return Path(path).read_text().strip() or None
+        except OSError as exc:
+            raise ConfigError(f"{name}_FILE={path}: cannot read ({exc.strerror})") from None
+    return direct
+
+
+def parse_database_url(url: str) -> DatabaseConfig:
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise ConfigError(
+            "DATABASE_URL must look like postgres://user:password@host:5432/dbname "
+            f"(got scheme {parts.scheme or 'none'!r})"
+        )
+    name = unquote(parts.path.lstrip("/"))
+    if not name:
+        raise ConfigError("DATABASE_URL names no database (postgres://user@host:5432/dbname)")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError("DATABASE_URL has a port that is not a number") from None
+    options: dict[str, str] = {}
+    for pair in filter(None, parts.query.split("&")):
+        key, _, value = pair.partition("=")
+        options[unquote(key)] = unquote(value)
+    host = unquote(parts.hostname or "") or options.pop("host", "")
+    return DatabaseConfig(
+        name=name,
+        user=unquote(parts.username or "postgres"),
+        password=unquote(parts.password or ""),
+        host=host,
+        port=str(port or options.pop("port", "") or ""),
+        options=options,
+    )
+
+
+def _int(name: str, default: int, *, minimum: int) -> int:
+    raw = _env(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number of seconds (got {raw!r})") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum} (got {value})")
+    return value
+
+
+def _bool(name: str, default: bool) -> bool:
+    raw = _env(name)
+    if raw is None:
+        return default
+    lowered = raw.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false (got {raw!r})")
+
+
+def _relay_secret(value: str, name: str) -> str:
+    secret = value.strip().lower()
+    if len(secret) != 64 or not is_valid_secret(secret):
+        raise ConfigError(f"{name} must be a 64-character hex secp256k1 secret key")
+    return secret
+
+
+def _public_url(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+        raise ConfigError(
+            f"RELAY_PUBLIC_URL must be a scheme and host like https://relay.example.com (got {raw!r})"
+        )
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def _trusted_proxies(raw: str | None) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    networks = []
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        try:
+            networks.append(str(ip_network(item, strict=False)))
+        except ValueError:
+            raise ConfigError(
+                f"RELAY_TRUSTED_PROXIES must list IP addresses or networks (bad entry {item!r})"
+            ) from None
+    return tuple(networks)
+
+
+def read_config() -> Config:
+    database_url = _env("DATABASE_URL")
+    database = parse_database_url(database_url) if database_url else None
+    redis_url = _env("REDIS_URL")
+    if redis_url and urlsplit(redis_url).scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(f"REDIS_URL must start with redis://, rediss:// or unix:// (got {redis_url!r})")
+
+    configured = _secret("RELAY_SIGNING_KEY")
+    # Without a configured key the relay still serves, but its tokens die with the process and
+    # readiness item 5 fails, so incremental reads are never advertised.
+    relay_secret = _relay_secret(configured, "RELAY_SIGNING_KEY") if configured else secrets.token_hex(32)
+    previous = tuple(
+        _relay_secret(part, "RELAY_PREVIOUS_SIGNING_KEYS (each entry)")
+        for part in (_env("RELAY_PREVIOUS_SIGNING_KEYS") or "").split(",")
+        if part.strip()
+    )
+    debug = _bool("DEBUG", False)
+    secret_key = _secret("SECRET_KEY")
+    if secret_key is None:
+        if not debug and database is not None and configured is not None:
+            # Staff sessions must survive restarts and agree across instances: derive the key
+            # from the relay secret (one-way), which every instance shares.
+            secret_key = hashlib.sha256(b"buzz django SECRET_KEY\0" + bytes.fromhex(relay_secret)).hexdigest()
+        else:
+            secret_key = "buzz-dev-" + secrets.token_hex(16)
+    return Config(
+        database=database,
+        database_url=database_url,
+        redis_url=redis_url,
+        relay_secret=relay_secret,
+        relay_pubkey=pubkey_from_secret(relay_secret),
+        relay_key_generated=configured is None,
+        previous_relay_secrets=previous,
+        public_url=_public_url(_env("RELAY_PUBLIC_URL")),
+        trusted_proxies=_trusted_proxies(_env("RELAY_TRUSTED_PROXIES")),
+        secret_key=secret_key,
+        debug=debug,
+        overlap_seconds=_int("ARTIFACT_SYNC_OVERLAP_SECONDS", 120, minimum=0),
+        token_max_age_seconds=_int("ARTIFACT_SYNC_TOKEN_MAX_AGE", 30 * 86400, minimum=60),
+    )
+
+
+@cache
+def load_config() -> Config:
+    return read_config()

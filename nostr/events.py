@@ -1,0 +1,286 @@
+"""NIP-01 events: canonical id, validation of untrusted events, signing.
+
+``parse_event`` runs every check PROTOCOL.md section 2 lists before policy, cheapest first, so
+a malformed event never costs a signature verification. The work per event is one orjson
+parse, one orjson serialization for the id, one sha256 and one BIP-340 verification.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from nostr import schnorr
+from nostr.jsonstrict import StrictJSONError, is_int, loads_strict
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "EVENT_KEYS",
+    "EventLimits",
+    "InvalidEvent",
+    "check_signature",
+    "compute_event_id",
+    "first_tag",
+    "has_tag",
+    "is_canonical_uuid",
+    "is_lower_hex",
+    "parse_event",
+    "parse_event_unverified",
+    "serialize_event",
+    "sign_event",
+    "tag_values",
+]
+
+EVENT_KEYS = frozenset({"id", "pubkey", "created_at", "kind", "tags", "content", "sig"})
+MAX_KIND = 65535  # NIP-01: "kind: integer between 0 and 65535"
+
+_HEX = re.compile(r"[0-9a-f]*")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# Field names echoed back in error messages: short and harmless to show.
+_PRINTABLE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,32}")
+
+
+@dataclass(frozen=True, slots=True)
+class EventLimits:
+    """Size and time limits; the defaults are what NIP-11 announces (PROTOCOL.md section 6)."""
+
+    max_event_bytes: int = 65536
+    max_tags: int = 256
+    max_tag_value_bytes: int = 4096
+    created_at_lower: int = 31536000  # seconds into the past accepted (one year)
+    created_at_upper: int = 900  # seconds into the future accepted (15 minutes)
+
+
+DEFAULT_LIMITS = EventLimits()
+
+
+class InvalidEvent(ValueError):
+    """The event fails validation; ``str()`` is the reason that follows ``invalid: ``."""
+
+
+def is_lower_hex(value: object, length: int) -> bool:
+    """True for a ``str`` of exactly ``length`` lowercase hex digits."""
+    return isinstance(value, str) and len(value) == length and _HEX.fullmatch(value) is not None
+
+
+def is_canonical_uuid(value: object) -> bool:
+    """True for a UUID in canonical form only: lowercase hex, 8-4-4-4-12, no braces or URN."""
+    return isinstance(value, str) and _UUID.fullmatch(value) is not None
+
+
+def serialize_event(
+    pubkey: str, created_at: int, kind: int, tags: Sequence[Sequence[str]], content: str
+) -> bytes:
+    """NIP-01 canonical serialization: compact UTF-8 JSON of ``[0,pubkey,created_at,...]``.
+
+    orjson escapes exactly what ``JSON.stringify`` (nostr-tools) escapes: ``"`` ``\\``, the
+    short forms ``\\b \\f \\n \\r \\t`` and other control characters as lowercase ``\\u00xx``;
+    everything else verbatim (tests check every code point against both). Raises
+    ``ValueError`` for values JSON cannot carry (lone surrogates, integers beyond 64 bits).
+    """
+    try:
+        return orjson.dumps([0, pubkey, created_at, kind, tags, content])
+    except orjson.JSONEncodeError as exc:
+        raise ValueError(f"cannot serialize event: {exc}") from None
+
+
+def compute_event_id(
+    pubkey: str, created_at: int, kind: int, tags: Sequence[Sequence[str]], content: str
+) -> str:
+    """The NIP-01 event id: hex sha256 of the canonical serialization."""
+    return hashlib.sha256(serialize_event(pubkey, created_at, kind, tags, content)).hexdigest()
+
+
+def parse_event(
+    raw: bytes | bytearray | memoryview | str | dict[str, Any],
+    *,
+    now: int,
+    limits: EventLimits = DEFAULT_LIMITS,
+) -> dict[str, Any]:
+    """Validate an untrusted event (JSON text or an already strictly parsed object).
+
+    Checks shape and types, sizes, the ``created_at`` window around ``now``, the id and the
+    signature; returns the event object. Raises ``InvalidEvent``.
+    """
+    event, event_id = parse_event_unverified(raw, now=now, limits=limits)
+    check_signature(event, event_id)
+    return event
+
+
+def parse_event_unverified(
+    raw: bytes | bytearray | memoryview | str | dict[str, Any],
+    *,
+    now: int,
+    limits: EventLimits = DEFAULT_LIMITS,
+) -> tuple[dict[str, Any], bytes]:
+    """Every check of ``parse_event`` but the signature; returns the event and its 32-byte id.
+
+    For callers (NIP-98, NIP-42) that have cheap checks of their own to run before paying for
+    the signature; they finish with ``check_signature``. A ``dict`` must come from
+    ``loads_strict`` (or equally strict code): duplicate keys cannot be seen in a dict.
+    """
+    event = _event_object(raw, limits)
+    _check_fields(event, limits)
+    _check_created_at(event["created_at"], now, limits)
+    # Fields were checked above, so serialization cannot fail.
+    canonical = [0, event["pubkey"], event["created_at"], event["kind"], event["tags"]]
+    canonical.append(event["content"])
+    event_id = hashlib.sha256(orjson.dumps(canonical)).digest()
+    if event_id.hex() != event["id"]:
+        raise InvalidEvent("bad event id")
+    return event, event_id
+
+
+def check_signature(event: dict[str, Any], event_id: bytes) -> None:
+    """Verify the BIP-340 signature of an event checked by ``parse_event_unverified``."""
+    if not schnorr.verify_bytes(
+        bytes.fromhex(event["pubkey"]), event_id, bytes.fromhex(event["sig"])
+    ):
+        raise InvalidEvent("bad signature")
+
+
+def sign_event(
+    secret_hex: str,
+    *,
+    kind: int,
+    tags: Iterable[Sequence[str]],
+    content: str,
+    created_at: int | None = None,
+) -> dict[str, Any]:
+    """Build and sign an event; ``created_at`` defaults to the current time."""
+    pubkey = schnorr.pubkey_from_secret(secret_hex)
+    if created_at is None:
+        created_at = int(time.time())
+    tag_list = [list(tag) for tag in tags]
+    event_id = hashlib.sha256(serialize_event(pubkey, created_at, kind, tag_list, content))
+    return {
+        "id": event_id.hexdigest(),
+        "pubkey": pubkey,
+        "created_at": created_at,
+        "kind": kind,
+        "tags": tag_list,
+        "content": content,
+        "sig": schnorr.sign(secret_hex, event_id.digest()),
+    }
+
+
+def tag_values(event: dict[str, Any], name: str) -> list[str]:
+    """The first values (index 1) of every tag called ``name``, in order."""
+    return [tag[1] for tag in event["tags"] if len(tag) > 1 and tag[0] == name]
+
+
+def first_tag(event: dict[str, Any], name: str) -> str | None:
+    """The value of the first tag called ``name`` that has a value, or ``None``."""
+    for tag in event["tags"]:
+        if len(tag) > 1 and tag[0] == name:
+            value: str = tag[1]
+            return value
+    return None
+
+
+def has_tag(event: dict[str, Any], name: str) -> bool:
+    """Whether any tag is called ``name`` (with or without values, e.g. ``["private"]``)."""
+    return any(tag[0] == name for tag in event["tags"])
+
+
+def _event_object(
+    raw: bytes | bytearray | memoryview | str | dict[str, Any], limits: EventLimits
+) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        return _checked_dict(raw, limits)
+    if isinstance(raw, str):
+        if len(raw) > limits.max_event_bytes:  # each character is at least one byte
+            raise _too_large(len(raw), limits)
+        try:
+            raw = raw.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidEvent("lone surrogate in string") from None
+    if len(raw) > limits.max_event_bytes:
+        raise _too_large(len(raw), limits)
+    try:
+        parsed = loads_strict(raw)
+    except StrictJSONError as exc:
+        raise InvalidEvent(f"malformed JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise InvalidEvent("event must be a JSON object")
+    return parsed
+
+
+def _checked_dict(event: dict[str, Any], limits: EventLimits) -> dict[str, Any]:
+    # The size of an already parsed event is that of its compact JSON, which also proves the
+    # object is JSON (no lone surrogates, no foreign types) before anything else looks at it.
+    try:
+        size = len(orjson.dumps(event))
+    except orjson.JSONEncodeError:
+        raise InvalidEvent("event is not valid JSON (lone surrogate or non-JSON value)") from None
+    if size > limits.max_event_bytes:
+        raise _too_large(size, limits)
+    return event
+
+
+def _too_large(size: int, limits: EventLimits) -> InvalidEvent:
+    return InvalidEvent(f"event too large ({size} bytes, max {limits.max_event_bytes})")
+
+
+def _check_fields(event: dict[str, Any], limits: EventLimits) -> None:
+    if event.keys() != EVENT_KEYS:
+        _reject_keys(event)
+    if not is_lower_hex(event["id"], 64):
+        raise InvalidEvent("id must be 64 lowercase hex characters")
+    if not is_lower_hex(event["pubkey"], 64):
+        raise InvalidEvent("pubkey must be 64 lowercase hex characters")
+    if not is_lower_hex(event["sig"], 128):
+        raise InvalidEvent("sig must be 128 lowercase hex characters")
+    if not is_int(event["created_at"]):
+        raise InvalidEvent("created_at must be an integer")
+    kind = event["kind"]
+    if not is_int(kind):
+        raise InvalidEvent("kind must be an integer")
+    if not 0 <= kind <= MAX_KIND:
+        raise InvalidEvent(f"kind must be between 0 and {MAX_KIND}")
+    if not isinstance(event["content"], str):
+        raise InvalidEvent("content must be a string")
+    _check_tags(event["tags"], limits)
+
+
+def _reject_keys(event: dict[str, Any]) -> None:
+    missing = sorted(EVENT_KEYS - event.keys())
+    if missing:
+        raise InvalidEvent(f"missing field {missing[0]}")
+    extra = next(key for key in event if key not in EVENT_KEYS)
+    if isinstance(extra, str) and _PRINTABLE_NAME.fullmatch(extra):
+        raise InvalidEvent(f"unexpected field {extra}")
+    raise InvalidEvent("unexpected field")
+
+
+def _check_tags(tags: object, limits: EventLimits) -> None:
+    if not isinstance(tags, list):
+        raise InvalidEvent("tags must be a list")
+    if len(tags) > limits.max_tags:
+        raise InvalidEvent(f"too many tags ({len(tags)}, max {limits.max_tags})")
+    max_bytes = limits.max_tag_value_bytes
+    # A UTF-8 character takes at most 4 bytes: shorter strings need no encoding to be measured.
+    short = max_bytes // 4
+    for tag in tags:
+        if not isinstance(tag, list) or not tag:
+            raise InvalidEvent("each tag must be a non-empty list of strings")
+        for value in tag:
+            if not isinstance(value, str):
+                raise InvalidEvent("each tag must be a non-empty list of strings")
+            if len(value) > short and (
+                len(value) > max_bytes or len(value.encode("utf-8")) > max_bytes
+            ):
+                raise InvalidEvent(f"tag value too large (max {max_bytes} bytes)")
+
+
+def _check_created_at(created_at: int, now: int, limits: EventLimits) -> None:
+    if created_at > now + limits.created_at_upper:
+        raise InvalidEvent("created_at too far in the future")
+    if created_at < now - limits.created_at_lower:
+        raise InvalidEvent("created_at too old")

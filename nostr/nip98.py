@@ -1,0 +1,219 @@
+"""NIP-98 HTTP authentication: ``Authorization: Nostr <base64 of a signed kind-27235 event>``.
+
+Verification follows PROTOCOL.md section 3. Replay detection is the caller's job (it claims
+``Nip98Auth.event_id`` once within the window); everything here is pure.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from nostr.events import (
+    EventLimits,
+    InvalidEvent,
+    check_signature,
+    parse_event_unverified,
+    sign_event,
+    tag_values,
+)
+
+__all__ = [
+    "HTTP_DEFAULT_PORTS",
+    "KIND_HTTP_AUTH",
+    "Nip98Auth",
+    "Nip98Error",
+    "make_nip98_header",
+    "normalize_url",
+    "verify_nip98",
+]
+
+KIND_HTTP_AUTH = 27235
+HTTP_DEFAULT_PORTS: Mapping[str, int] = {"http": 80, "https": 443}
+_EMPTY_BODY_SHA256 = hashlib.sha256(b"").hexdigest()
+# Standard and URL-safe base64 alphabets are both accepted: map URL-safe onto standard.
+_URLSAFE_TO_STANDARD = str.maketrans("-_", "+/")
+_UNSAFE_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
+
+
+class Nip98Error(ValueError):
+    """Authentication failed; ``str()`` is the reason for the 401 body."""
+
+
+@dataclass(frozen=True, slots=True)
+class Nip98Auth:
+    """A verified NIP-98 authorization: who signed it and which event to claim against replay."""
+
+    pubkey: str
+    event_id: str
+    created_at: int
+
+
+def normalize_url(
+    url: str,
+    *,
+    default_ports: Mapping[str, int] = HTTP_DEFAULT_PORTS,
+    ignore_trailing_slash: bool = False,
+) -> str:
+    """Canonical form for comparing URLs: lowercase scheme and host, default port dropped.
+
+    Path, query and fragment are kept byte for byte (PROTOCOL.md compares them exactly); an
+    empty path becomes ``/`` (the same resource for http(s) and ws(s)), and a bare ``?`` is
+    dropped (servers do not tell it from no query). ``ignore_trailing_slash`` (NIP-42 relay
+    URLs) removes trailing slashes from the path. Raises ``ValueError`` for URLs with a scheme
+    outside ``default_ports``, no host, user info, a bad port or whitespace.
+    """
+    if _UNSAFE_URL_CHARS.search(url):
+        # urlsplit silently drops tabs and newlines and strips spaces, which would make two
+        # different strings compare equal.
+        raise ValueError("URL contains whitespace or control characters")
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in default_ports:
+        raise ValueError(f"URL scheme must be one of {', '.join(sorted(default_ports))}")
+    host = parts.hostname  # already lowercased by urlsplit
+    if not host or parts.username is not None or parts.password is not None:
+        raise ValueError("URL must name a host and no user")
+    port = parts.port  # raises ValueError when not a number in range
+    if ":" in host:
+        host = f"[{host}]"  # IPv6 literal
+    netloc = host if port is None or port == default_ports[scheme] else f"{host}:{port}"
+    path = parts.path.rstrip("/") if ignore_trailing_slash else parts.path or "/"
+    normalized = f"{scheme}://{netloc}{path}"
+    if parts.query:
+        normalized += f"?{parts.query}"
+    if parts.fragment:
+        normalized += f"#{parts.fragment}"
+    return normalized
+
+
+def verify_nip98(
+    authorization: str | None,
+    *,
+    url: str,
+    method: str,
+    body: bytes | None,
+    now: int,
+    max_header_bytes: int = 2048,
+    window: int = 60,
+) -> Nip98Auth:
+    """Check an ``Authorization`` header against the request; raises ``Nip98Error``.
+
+    ``url`` is the absolute URL of the request as the relay publicly serves it. Every check
+    runs before the signature, so a stale or misdirected event costs no verification.
+    """
+    event_json = _decode_header(authorization, max_header_bytes)
+    limits = EventLimits(created_at_lower=window, created_at_upper=window)
+    try:
+        event, event_id = parse_event_unverified(event_json, now=now, limits=limits)
+    except InvalidEvent as exc:
+        raise Nip98Error(f"invalid auth event: {exc}") from None
+    if event["kind"] != KIND_HTTP_AUTH:
+        raise Nip98Error(f"auth event kind must be {KIND_HTTP_AUTH}")
+    _check_url(event, url)
+    _check_method(event, method)
+    _check_payload(event, body)
+    try:
+        check_signature(event, event_id)
+    except InvalidEvent as exc:
+        raise Nip98Error(f"invalid auth event: {exc}") from None
+    return Nip98Auth(pubkey=event["pubkey"], event_id=event["id"], created_at=event["created_at"])
+
+
+def make_nip98_header(
+    secret_hex: str,
+    *,
+    url: str,
+    method: str,
+    body: bytes | None = None,
+    created_at: int | None = None,
+    extra_tags: Iterable[Sequence[str]] = (),
+    nonce: bool = True,
+) -> str:
+    """A complete ``Authorization`` header value for one request.
+
+    A random ``nonce`` tag is added by default: the relay accepts each event id once, so two
+    identical requests within a second would otherwise carry the same event and be refused.
+    """
+    tags: list[list[str]] = [["u", url], ["method", method.upper()]]
+    if body:
+        tags.append(["payload", hashlib.sha256(body).hexdigest()])
+    if nonce:
+        tags.append(["nonce", secrets.token_hex(16)])
+    tags.extend(list(tag) for tag in extra_tags)
+    event = sign_event(
+        secret_hex, kind=KIND_HTTP_AUTH, tags=tags, content="", created_at=created_at
+    )
+    return "Nostr " + base64.b64encode(orjson.dumps(event)).decode("ascii")
+
+
+def _decode_header(authorization: str | None, max_header_bytes: int) -> bytes:
+    if not authorization:
+        raise Nip98Error("missing Authorization header")
+    # Checked on characters first so an oversized header is never encoded or decoded; once
+    # it is known to be ASCII, characters and bytes are the same count.
+    if len(authorization) > max_header_bytes:
+        raise Nip98Error(f"Authorization header too large (max {max_header_bytes} bytes)")
+    if not authorization.isascii():
+        raise Nip98Error("malformed Authorization header")
+    words = authorization.split(None, 1)
+    # Authentication schemes are case-insensitive (RFC 9110 section 11.1).
+    if not words or words[0].lower() != "nostr":
+        raise Nip98Error("Authorization scheme must be Nostr")
+    if len(words) < 2:
+        raise Nip98Error("missing auth event")
+    token = words[1].strip().translate(_URLSAFE_TO_STANDARD)
+    try:
+        # validate=True refuses characters outside the alphabet instead of skipping them.
+        return base64.b64decode(token + "=" * (-len(token) % 4), validate=True)
+    except binascii.Error:
+        raise Nip98Error("auth event is not valid base64") from None
+
+
+def _single_tag(event: dict[str, Any], name: str) -> str | None:
+    values = tag_values(event, name)
+    if len(values) > 1:
+        # Two `u` (or `method`, `payload`) tags would let a verifier and a reader disagree.
+        raise Nip98Error(f"auth event has more than one {name} tag")
+    return values[0] if values else None
+
+
+def _check_url(event: dict[str, Any], url: str) -> None:
+    signed_url = _single_tag(event, "u")
+    if signed_url is None:
+        raise Nip98Error("auth event has no u tag")
+    try:
+        signed = normalize_url(signed_url)
+    except ValueError:
+        raise Nip98Error("auth event u tag is not a valid http(s) URL") from None
+    if signed != normalize_url(url):
+        raise Nip98Error("auth event u tag does not match the request URL")
+
+
+def _check_method(event: dict[str, Any], method: str) -> None:
+    signed_method = _single_tag(event, "method")
+    if signed_method is None:
+        raise Nip98Error("auth event has no method tag")
+    if signed_method.upper() != method.upper():
+        raise Nip98Error("auth event method tag does not match the request method")
+
+
+def _check_payload(event: dict[str, Any], body: bytes | None) -> None:
+    payload = _single_tag(event, "payload")
+    if payload is None:
+        if body:
+            raise Nip98Error("auth event has no payload tag for the request body")
+        return
+    expected = hashlib.sha256(body).hexdigest() if body else _EMPTY_BODY_SHA256
+    # Hex is a notation: an uppercase digest names the same bytes, so compare case-insensitively.
+    if payload.lower() != expected:
+        raise Nip98Error("auth event payload tag does not match the request body")

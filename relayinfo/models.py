@@ -1,0 +1,64 @@
+"""Deployment state that is not artifact data: the sync epoch, the fleet, writer lag, auth replays."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models.functions import Now
+
+
+class SyncState(models.Model):
+    """The database's one row of sync state.
+
+    `epoch` is bound into every progress token: bumping it (a non-stamping writer was seen, a
+    restore, a manual fix) resets every client's next round, so correctness never depends on a
+    runbook being followed.
+    """
+
+    id = models.SmallIntegerField(primary_key=True, default=1)
+    epoch = models.BigIntegerField(default=1)
+    bumped_at = models.DateTimeField(db_default=Now())
+    reason = models.TextField(default="initial")
+
+    class Meta:
+        db_table = "sync_state"
+        constraints = [models.CheckConstraint(condition=models.Q(id=1), name="sync_state_one_row")]
+
+
+class RelayInstance(models.Model):
+    """A serving relay process, registered at start and refreshed while it serves."""
+
+    instance_id = models.UUIDField(unique=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    version = models.CharField(max_length=50)
+    stamps = models.BooleanField(help_text="maintains the modification stamps")
+    key_id = models.CharField(max_length=8, help_text="first 8 hex of the relay pubkey")
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "relay_instances"
+
+    def __str__(self) -> str:
+        return f"{self.hostname}:{self.pid} ({self.version})"
+
+
+class WriterLagSample(models.Model):
+    """How long one write transaction ran from its stamp to its commit (database clock)."""
+
+    recorded_at = models.DateTimeField(db_default=Now(), db_index=True)
+    instance_id = models.UUIDField(null=True)
+    lag_ms = models.FloatField()
+
+    class Meta:
+        db_table = "writer_lag_samples"
+
+
+class AuthReplayClaim(models.Model):
+    """NIP-98 event ids already used, claimed here while Redis is unavailable."""
+
+    event_id = models.CharField(max_length=64, primary_key=True)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        db_table = "auth_replay_claims"
