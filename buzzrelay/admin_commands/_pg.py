@@ -1,0 +1,113 @@
+"""Direct PostgreSQL sessions for buzz-admin, beside Django's own connection.
+
+Concurrent index builds must run outside any transaction, their progress is read from a second
+session, and the migration lock is held by a third that stays idle: so these are plain psycopg
+connections in autocommit mode, opened with the deployment's settings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+import psycopg
+
+# Django-only keys of DATABASES[...]["OPTIONS"] that libpq would reject.
+_DJANGO_OPTIONS = {"pool", "isolation_level", "server_side_binding", "assume_role", "context",
+                   "cursor_factory"}
+
+# One advisory lock for everything that changes the schema (migrate, build-indexes): two runs
+# never interleave. The key spells "buzzmigr"; advisory locks are per database.
+MIGRATION_LOCK_KEY = 0x62757A7A6D696772
+
+
+def connection_kwargs() -> dict[str, Any]:
+    """libpq parameters of the deployment's database, from Django's settings."""
+    from django.conf import settings
+
+    db: dict[str, Any] = settings.DATABASES["default"]
+    options: dict[str, Any] = db.get("OPTIONS", {})
+    kwargs = {key: value for key, value in options.items() if key not in _DJANGO_OPTIONS}
+    kwargs.update(dbname=db["NAME"])
+    for key, setting in (("user", "USER"), ("password", "PASSWORD"), ("host", "HOST"),
+                         ("port", "PORT")):
+        if db.get(setting):
+            kwargs[key] = str(db[setting])
+    return kwargs
+
+
+def database_label() -> str:
+    kwargs = connection_kwargs()
+    return f"{kwargs['dbname']} on {kwargs.get('host', 'localhost')}:{kwargs.get('port', 5432)}"
+
+
+def connect(purpose: str) -> psycopg.Connection[Any]:
+    """A new autocommit session named `buzz-admin <purpose>` in pg_stat_activity.
+
+    It does not announce itself as `buzzrelay/...`: it writes no artifact data, so readiness
+    item 4 (every writer stamps) has nothing to say about it.
+    """
+    kwargs = connection_kwargs()
+    kwargs["application_name"] = f"buzz-admin {purpose}"
+    return psycopg.connect(autocommit=True, **kwargs)
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for an operator: the server's message without psycopg's context lines."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, psycopg.Error) else exc
+    text = str(cause).strip().splitlines()
+    first = text[0] if text else type(cause).__name__
+    if isinstance(cause, psycopg.OperationalError) and getattr(cause, "sqlstate", None) is None:
+        return f"cannot connect to PostgreSQL ({database_label()}): {first}"
+    return first
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a psycopg error, also when Django wrapped it."""
+    for candidate in (exc, exc.__cause__):
+        if isinstance(candidate, psycopg.Error) and candidate.sqlstate:
+            return candidate.sqlstate
+    return None
+
+
+def _lock_holders(session: psycopg.Connection[Any]) -> list[int]:
+    rows = session.execute(
+        """
+        SELECT pid FROM pg_locks
+        WHERE locktype = 'advisory' AND granted AND objsubid = 1
+          AND classid = %s AND objid = %s
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+        """,
+        [MIGRATION_LOCK_KEY >> 32, MIGRATION_LOCK_KEY & 0xFFFFFFFF],
+    ).fetchall()
+    return [int(row[0]) for row in rows]
+
+
+@contextmanager
+def migration_lock(out: TextIO) -> Iterator[None]:
+    """Hold the schema advisory lock for the block; waits (saying so) while another run has it.
+
+    The session holding it stays idle outside any transaction, so it never delays the
+    concurrent index builds (which wait for every transaction older than themselves).
+    """
+    session = connect("migration lock")
+    try:
+        acquired = session.execute("SELECT pg_try_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
+        row = acquired.fetchone()
+        if not (row and row[0]):
+            holders = ", ".join(str(pid) for pid in _lock_holders(session)) or "?"
+            out.write(
+                f"waiting for the migration lock: another buzz-admin migrate or build-indexes "
+                f"holds it (backend pid {holders})\n"
+            )
+            out.flush()
+            started = time.monotonic()
+            session.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
+            out.write(f"got the migration lock after {time.monotonic() - started:.1f} s\n")
+            out.flush()
+        yield
+    finally:
+        # Closing the session releases the lock, also when the block failed.
+        session.close()
