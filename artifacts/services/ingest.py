@@ -1,0 +1,161 @@
+"""The one ingest service every entry point uses (POST /event, WebSocket EVENT).
+
+Order (PROTOCOL.md section 2): shape and signature (`invalid:`), author is an authenticated
+pubkey (`restricted:`), kind is served (`blocked:`), then one write transaction under the write
+budgets: store the event (already stored: `OK true "duplicate: ..."`, nothing else happens),
+authorize and apply it (`invalid:` / `restricted:`, everything rolled back). Database trouble
+answers `error:`; the result says which, so HTTP can answer 503.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from django.conf import settings
+from django.db import DatabaseError, OperationalError
+
+from artifacts.models import Community
+from artifacts.services.artifact_revisions import (
+    KIND_ARTIFACT,
+    KIND_REMOVAL,
+    artifact_revision_accept,
+)
+from artifacts.services.channels import (
+    channel_create_event,
+    channel_delete_event,
+    channel_update_event,
+)
+from artifacts.services.errors import Duplicate, Restricted, WriteRefused
+from artifacts.services.members import member_put_event, member_remove_event
+from artifacts.services.redactions import event_redact_event
+from artifacts.services.tags import channel_tag
+from artifacts.services.transactions import WriteContext, store_event, write_transaction
+from buzzrelay.middleware import is_statement_timeout
+from nostr.events import DEFAULT_LIMITS, EventLimits, InvalidEvent, is_lower_hex, parse_event
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[..., None]
+
+
+def _relay_only(*, ctx: WriteContext, event: dict[str, Any], now: int) -> None:
+    raise Restricted("removal markers (45011) are written by the relay only")
+
+
+HANDLERS: dict[int, Handler] = {
+    KIND_ARTIFACT: artifact_revision_accept,
+    KIND_REMOVAL: _relay_only,
+    9000: member_put_event,
+    9001: member_remove_event,
+    9002: channel_update_event,
+    9005: event_redact_event,
+    9007: channel_create_event,
+    9008: channel_delete_event,
+}
+ACCEPTED_KINDS = frozenset(HANDLERS)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    event_id: str
+    accepted: bool
+    message: str
+    # "budget_exceeded" or "database_unavailable" when the database failed the write: the OK
+    # message says `error: ...`, and HTTP answers 503 with this code.
+    failure: str | None = None
+
+    def as_ok(self) -> list[Any]:
+        """The NIP-01 answer: `["OK", <event id>, <accepted>, <message>]`."""
+        return ["OK", self.event_id, self.accepted, self.message]
+
+
+def ingest_event(
+    *,
+    community: Community,
+    raw: bytes | str | dict[str, Any],
+    authenticated_pubkeys: Collection[str],
+    now: int | None = None,
+) -> IngestResult:
+    """Verify, authorize and apply one event for `community`.
+
+    `raw` is the event as received (JSON bytes or text, or an object parsed by
+    `nostr.jsonstrict.loads_strict`); `authenticated_pubkeys` are those proven by NIP-98 or
+    NIP-42 on this request or connection. `now` (Unix seconds) defaults to the current time.
+    """
+    now = int(time.time()) if now is None else now
+    try:
+        event = parse_event(raw, now=now, limits=_limits())
+    except InvalidEvent as exc:
+        return IngestResult(_claimed_id(raw), False, f"invalid: {exc}")
+    event_id = event["id"]
+    if event["pubkey"] not in authenticated_pubkeys:
+        return IngestResult(event_id, False, "restricted: event author is not authenticated")
+    kind = event["kind"]
+    handler = HANDLERS.get(kind)
+    if handler is None:
+        if kind == 5:
+            return IngestResult(
+                event_id, False,
+                "blocked: kind 5 deletions are not accepted; delete artifacts with op delete",
+            )
+        return IngestResult(event_id, False, f"blocked: kind {kind} is not accepted here")
+    try:
+        channel_id = channel_tag(event)
+        with write_transaction(community_id=community.pk) as ctx:
+            if not store_event(ctx, event=event, raw=_stored_text(raw), channel_id=channel_id):
+                raise Duplicate("already have this event")
+            handler(ctx=ctx, event=event, now=now)
+    except Duplicate as exc:
+        return IngestResult(event_id, True, exc.ok_message)
+    except WriteRefused as exc:
+        return IngestResult(event_id, False, exc.ok_message)
+    except DatabaseError as exc:
+        return _database_failure(event_id, exc)
+    return IngestResult(event_id, True, "")
+
+
+def _limits() -> EventLimits:
+    # The limits NIP-11 announces are the ones enforced (settings.RELAY_EVENT_LIMITS).
+    limits: EventLimits = getattr(settings, "RELAY_EVENT_LIMITS", DEFAULT_LIMITS)
+    return limits
+
+
+def _database_failure(event_id: str, exc: DatabaseError) -> IngestResult:
+    if is_statement_timeout(exc):
+        return IngestResult(
+            event_id, False, "error: the write ran past its budget; retry later",
+            failure="budget_exceeded",
+        )
+    if isinstance(exc, OperationalError):
+        logger.warning("database unavailable during ingest: %s", exc)
+        return IngestResult(
+            event_id, False, "error: the database is unavailable; retry later",
+            failure="database_unavailable",
+        )
+    logger.exception("ingest of %s failed", event_id)
+    return IngestResult(event_id, False, "error: the event could not be stored")
+
+
+def _stored_text(raw: bytes | str | dict[str, Any]) -> str:
+    """The event JSON as stored and served: the client's own bytes when it sent text."""
+    if isinstance(raw, dict):
+        return orjson.dumps(raw).decode()
+    if isinstance(raw, str):
+        return raw
+    return bytes(raw).decode("utf-8")
+
+
+def _claimed_id(raw: object) -> str:
+    """The id an invalid event claims, for its OK answer ("" when there is none to echo)."""
+    if not isinstance(raw, dict):
+        try:
+            raw = orjson.loads(raw)  # type: ignore[arg-type]
+        except (orjson.JSONDecodeError, TypeError):
+            return ""
+    claimed = raw.get("id") if isinstance(raw, dict) else None
+    return claimed if is_lower_hex(claimed, 64) else ""  # type: ignore[return-value]

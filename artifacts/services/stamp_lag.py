@@ -1,0 +1,104 @@
+"""Stamp-to-commit lag of writers: measured per write, kept for the readiness page.
+
+Incremental reads allow a writer's stamp to become visible late (the fence covers open
+transactions; the overlap is margin), so operators need to see how late writers really commit.
+Each committed write transaction reports the time from just after its BEGIN (every stamp is
+taken later) to the end of its commit: an upper bound of its stamp-to-commit lag, measured
+with the monotonic clock and without another round trip to the database.
+
+Samples are buffered in the process and written to `writer_lag_samples` at most every
+FLUSH_SECONDS, by the first write that commits after the interval (one multi-row INSERT), so
+a write pays nothing in between. A flush keeps every sample of a quiet interval; of a busy one
+it keeps the interval's largest lag (so the maximum stays exact) plus a uniform random sample,
+which keeps the table small at a thousand writes per second while p99 stays representative.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+
+from relayinfo.models import WriterLagSample
+
+logger = logging.getLogger(__name__)
+
+FLUSH_SECONDS = 5.0
+MAX_SAMPLES_PER_FLUSH = 200
+RETENTION = "2 hours"
+
+_lock = threading.Lock()
+_pending: list[float] = []
+_last_flush = time.monotonic()
+_last_prune = 0.0
+
+
+def record_lag(lag_ms: float) -> None:
+    """Called after each committed write; flushes when the interval is over."""
+    global _last_flush
+    now = time.monotonic()
+    with _lock:
+        _pending.append(lag_ms)
+        if now - _last_flush < FLUSH_SECONDS:
+            return
+        _last_flush = now
+    flush_lag_samples()
+
+
+def flush_lag_samples() -> int:
+    """Write the buffered samples (reduced as described above); returns the rows written."""
+    global _last_prune
+    with _lock:
+        samples = _pending[:]
+        _pending.clear()
+    if not samples:
+        return 0
+    if len(samples) > MAX_SAMPLES_PER_FLUSH:
+        largest = max(samples)
+        samples.remove(largest)
+        samples = [largest, *random.sample(samples, MAX_SAMPLES_PER_FLUSH - 1)]
+    instance_id = getattr(settings, "RELAY_INSTANCE_ID", None)
+    try:
+        WriterLagSample.objects.bulk_create(
+            [WriterLagSample(instance_id=instance_id, lag_ms=lag) for lag in samples]
+        )
+        now = time.monotonic()
+        if now - _last_prune > 60:
+            _last_prune = now
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "DELETE FROM writer_lag_samples WHERE recorded_at < now() - %s::interval",
+                    [RETENTION],
+                )
+    except DatabaseError:
+        # Lag samples are operators' metrics: losing some must never fail a committed write.
+        logger.warning("could not record %d writer lag samples", len(samples), exc_info=True)
+        return 0
+    return len(samples)
+
+
+def stamp_lag_summary(window_seconds: int = 3600) -> dict[str, Any]:
+    """Max and p99 of the stamp-to-commit lag over the window (this process's buffer included).
+
+    `{"max_ms": float | None, "p99_ms": float | None, "samples": int}`; None without samples.
+    """
+    flush_lag_samples()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT max(lag_ms), percentile_cont(0.99) WITHIN GROUP (ORDER BY lag_ms), count(*)"
+            " FROM writer_lag_samples WHERE recorded_at >= now() - make_interval(secs => %s)",
+            [window_seconds],
+        )
+        row = cursor.fetchone()
+    assert row is not None
+    max_ms, p99_ms, count = row
+    return {
+        "max_ms": float(max_ms) if max_ms is not None else None,
+        "p99_ms": float(p99_ms) if p99_ms is not None else None,
+        "samples": int(count),
+    }

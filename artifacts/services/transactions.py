@@ -1,0 +1,146 @@
+"""The transaction every writer runs in, and the statements writers share.
+
+`write_transaction` opens one transaction under the write budgets (statement and lock
+timeouts: a stuck writer must not hold a head, or stretch the stamp-to-commit lag that
+incremental reads allow for, for longer than that), measures stamp-to-commit lag, and after
+the commit announces the stored events (`artifacts.signals.events_committed`). Services nest
+freely: a service called inside another's write transaction joins it instead of opening a
+savepoint, so an ingest with several effects stays one transaction.
+
+Stamps come from the database clock: `statement_timestamp()` (what Django's `Now()` compiles
+to), never the application's clock. A stamp is never earlier than its transaction's
+`xact_start`, which the read fence relies on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+from uuid import UUID
+
+from django.db import connection, transaction
+
+from artifacts.models import Event
+from artifacts.signals import events_committed
+
+WRITE_STATEMENT_TIMEOUT = "5s"
+# Waiting for a competing writer of the same head or channel normally takes milliseconds;
+# three seconds of queueing means something holds a lock it should not.
+WRITE_LOCK_TIMEOUT = "3s"
+
+
+@dataclass(slots=True)
+class WriteContext:
+    community_id: int
+    # Monotonic time when the transaction's budgets were set, just after BEGIN: every stamp
+    # of the transaction is taken later, so "now - started" at commit bounds the
+    # stamp-to-commit lag from above without asking the database for the time again.
+    started: float
+    stored: list[dict[str, Any]] = field(default_factory=list)
+
+    def announce(self, *, event: dict[str, Any], raw: str, channel_id: UUID | None) -> None:
+        self.stored.append(
+            {
+                "event": event,
+                "raw": raw,
+                "kind": event["kind"],
+                "channel_id": str(channel_id) if channel_id is not None else None,
+            }
+        )
+
+
+_current: ContextVar[WriteContext | None] = ContextVar("buzz_write_context", default=None)
+
+
+@contextmanager
+def write_transaction(*, community_id: int) -> Iterator[WriteContext]:
+    """One write transaction for `community_id` (or the enclosing one, when nested)."""
+    outer = _current.get()
+    if outer is not None:
+        if outer.community_id != community_id:
+            raise RuntimeError("a write transaction spans one community")
+        yield outer
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('statement_timeout', %s, true),"
+                " set_config('lock_timeout', %s, true)",
+                [WRITE_STATEMENT_TIMEOUT, WRITE_LOCK_TIMEOUT],
+            )
+        ctx = WriteContext(community_id=community_id, started=time.monotonic())
+        token = _current.set(ctx)
+        try:
+            yield ctx
+        finally:
+            _current.reset(token)
+        # robust: a failing receiver is logged; the write is committed whatever it does.
+        transaction.on_commit(partial(_after_commit, ctx), robust=True)
+
+
+def _after_commit(ctx: WriteContext) -> None:
+    from artifacts.services.stamp_lag import record_lag
+
+    record_lag((time.monotonic() - ctx.started) * 1000.0)
+    if ctx.stored:
+        events_committed.send(sender=Event, community_id=ctx.community_id, events=ctx.stored)
+
+
+def lock_community(community_id: int) -> None:
+    """Take the community's row lock.
+
+    Lock order for every writer that takes it: community row first, then channel rows, then
+    member rows. Artifact writers never take it, so channel listing changes do not queue
+    behind artifact traffic.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM communities WHERE id = %s FOR UPDATE", [community_id])
+
+
+def bump_listing(community_id: int, *, stamp: bool) -> None:
+    """Count a listing or policy change (and stamp it when `stamp`); caller holds the row lock.
+
+    `listing_version` lets a read tell "nothing changed" without comparing stamps, which are
+    not unique (PROTOCOL.md section 5).
+    """
+    stamp_sql = ", artifact_policy_modified_at = statement_timestamp()" if stamp else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE communities SET listing_version = listing_version + 1{stamp_sql}"
+            " WHERE id = %s",
+            [community_id],
+        )
+
+
+def store_event(
+    ctx: WriteContext, *, event: dict[str, Any], raw: str, channel_id: UUID | None
+) -> bool:
+    """Store a verified event; False when the community already has it (a duplicate).
+
+    ON CONFLICT makes a concurrent identical submission wait for the first to commit, then
+    find it: exactly one of them stores the event.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO events (community_id, event_id, pubkey, kind, created_at, channel_id,"
+            " raw, received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, statement_timestamp())"
+            " ON CONFLICT (community_id, event_id) DO NOTHING RETURNING id",
+            [
+                ctx.community_id,
+                event["id"],
+                event["pubkey"],
+                event["kind"],
+                event["created_at"],
+                channel_id,
+                raw,
+            ],
+        )
+        stored = cursor.fetchone() is not None
+    if stored:
+        ctx.announce(event=event, raw=raw, channel_id=channel_id)
+    return stored

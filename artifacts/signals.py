@@ -1,0 +1,20 @@
+"""Signals the write path sends.
+
+`events_committed` fires once per committed write transaction that stored events (revisions,
+relay-written 45011 markers, channel and member events 9000-9008), after the commit, so a
+receiver never announces something a rollback took back. Arguments:
+
+- `community_id: int`
+- `events: list[dict]`, in storage order; each dict has `event` (the parsed event object),
+  `raw` (the stored JSON text, as reads serve it), `kind` (int) and `channel_id` (str or None).
+
+The WebSocket layer uses it for live fan-out and to notice membership and visibility changes.
+Receivers run on the writer's thread: they must be quick and must not raise (Django's `send`
+propagates exceptions; a failing receiver would make a committed write look failed).
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+events_committed = Signal()
