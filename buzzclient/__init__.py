@@ -1,0 +1,45 @@
+"""Buzz client: keeps local SQLite collections of a relay's artifacts current.
+
+Pure Python on top of ``nostr/`` (no Django): NIP-11 discovery, NIP-98 signed ``POST /query``
+rounds applied page by page with their progress tokens, NIP-42 live hints for ``--watch``.
+"""
+
+from buzzclient.backoff import RetryPolicy
+from buzzclient.errors import (
+    BadKey,
+    ConcurrentSync,
+    ProtocolViolation,
+    RelayBusy,
+    RelayRejected,
+    RelayUnreachable,
+    SyncError,
+    Unauthorized,
+    UnknownCommunity,
+)
+from buzzclient.keys import load_secret
+from buzzclient.store import CollectionStore
+from buzzclient.sync import Round, RoundSummary, Syncer, SyncFilter, sync_once
+from buzzclient.transport import RelayAddress, RelayHttp, RelayInfo
+
+__all__ = [
+    "BadKey",
+    "CollectionStore",
+    "ConcurrentSync",
+    "ProtocolViolation",
+    "RelayAddress",
+    "RelayBusy",
+    "RelayHttp",
+    "RelayInfo",
+    "RelayRejected",
+    "RelayUnreachable",
+    "RetryPolicy",
+    "Round",
+    "RoundSummary",
+    "SyncError",
+    "SyncFilter",
+    "Syncer",
+    "Unauthorized",
+    "UnknownCommunity",
+    "load_secret",
+    "sync_once",
+]

@@ -1,0 +1,231 @@
+"""``buzz-sync --watch``: rounds triggered by live WebSocket events, or by a poll timer.
+
+PROTOCOL.md section 8: the live stream is a view, not a sync log, so a live event is only a hint
+that something changed; the collection itself only ever changes through an HTTP round, which
+keeps the token-beside-data guarantee. Missed hints cost latency, never correctness: a
+reconnect, a ``NOTICE`` (the relay may announce dropped deliveries that way) or a ``CLOSED``
+each trigger a round, and a slow poll keeps running under the live stream as a safety net.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+from websockets.exceptions import WebSocketException
+from websockets.sync.client import ClientConnection, connect
+
+from buzzclient.backoff import RetryPolicy
+from buzzclient.errors import SyncError, Unauthorized, UnknownCommunity
+from buzzclient.sync import Round, RoundSummary, Syncer
+from nostr.nip42 import make_auth_event
+
+logger = logging.getLogger("buzzclient")
+
+LIVE_KINDS = [45010, 45011]
+MAX_TAG_VALUES = 256  # PROTOCOL.md section 5 bounds tag values per filter; REQ filters alike
+SESSION_TIMEOUT = 10.0
+
+
+class LiveHints(threading.Thread):
+    """Keeps one authenticated subscription to the channels of a collection and calls
+    ``on_hint(reason)`` when a live event, a notice or a reconnect suggests running a round."""
+
+    def __init__(
+        self,
+        ws_url: str,
+        secret_hex: str,
+        *,
+        on_hint: Callable[[str], None],
+        channels: Sequence[str] = (),
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        super().__init__(name="buzz-sync-live", daemon=True)
+        self.ws_url = ws_url
+        self._secret = secret_hex
+        self._on_hint = on_hint
+        self._channels = sorted(set(channels))
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.retry = retry or RetryPolicy(base=1.0, cap=60.0)
+        self.connected = threading.Event()  # authenticated and subscribed (for tests, status)
+        self.subscribed_to: list[str] = []
+
+    def set_channels(self, channels: Sequence[str]) -> None:
+        """Channels to follow (the session resubscribes when they change)."""
+        with self._lock:
+            self._channels = sorted(set(channels))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                with connect(self.ws_url, open_timeout=SESSION_TIMEOUT, max_size=2**22) as ws:
+                    self._session(ws, after_failure=failures > 0)
+                failures = 0
+            except (OSError, TimeoutError, WebSocketException, SessionError) as exc:
+                failures += 1
+                logger.info("live connection to %s lost: %s", self.ws_url, exc)
+            finally:
+                self.connected.clear()
+            if not self._stop.is_set():
+                self._stop.wait(self.retry.backoff(max(failures, 1)))
+
+    def _session(self, ws: ClientConnection, *, after_failure: bool) -> None:
+        challenge = self._expect(ws, "AUTH")[1]
+        if not isinstance(challenge, str):
+            raise SessionError("relay sent a malformed AUTH challenge")
+        auth = make_auth_event(self._secret, challenge=challenge, relay_url=self.ws_url)
+        ws.send(orjson.dumps(["AUTH", auth]).decode())
+        answer = self._expect(ws, "OK")
+        if len(answer) < 3 or answer[1] != auth["id"] or answer[2] is not True:
+            raise SessionError(f"relay refused our AUTH: {answer[3] if len(answer) > 3 else ''}")
+        subscriptions = self._subscribe(ws)
+        self.connected.set()
+        if after_failure:
+            self._on_hint("reconnected")  # events may have been missed while disconnected
+        live: set[str] = set()
+        while not self._stop.is_set():
+            with self._lock:
+                wanted = self._channels
+            if wanted != self.subscribed_to:
+                for sub_id in subscriptions:
+                    ws.send(orjson.dumps(["CLOSE", sub_id]).decode())
+                subscriptions, live = self._subscribe(ws), set()
+            try:
+                raw = ws.recv(timeout=1.0)
+            except TimeoutError:
+                continue
+            message = _decode(raw)
+            verb = message[0] if message else None
+            if verb == "EOSE" and len(message) > 1:
+                live.add(message[1])  # replay done: later EVENTs are news
+            elif verb == "EVENT" and len(message) > 2 and message[1] in live:
+                event = message[2] if isinstance(message[2], dict) else {}
+                self._on_hint(f"live event {str(event.get('id', ''))[:12]}")
+            elif verb == "NOTICE":
+                logger.info("relay notice: %s", message[1] if len(message) > 1 else "")
+                self._on_hint("notice")
+            elif verb == "CLOSED" and len(message) > 1 and message[1] in subscriptions:
+                reason = str(message[2]) if len(message) > 2 else ""
+                logger.info("subscription closed by relay: %s", reason)
+                subscriptions.remove(message[1])
+                live.discard(message[1])
+                if reason.startswith("restricted:"):
+                    # Access to a channel was revoked: a round removes its artifacts, the
+                    # channel list shrinks and the next loop resubscribes without it.
+                    self._on_hint("subscription closed")
+
+    def _subscribe(self, ws: ClientConnection) -> list[str]:
+        with self._lock:
+            channels = list(self._channels)
+        self.subscribed_to = channels
+        filters: list[dict[str, Any]] = []
+        if channels:
+            for start in range(0, len(channels), MAX_TAG_VALUES):
+                chunk = channels[start : start + MAX_TAG_VALUES]
+                # limit 1: the replay before EOSE is not needed (rounds fetch the data).
+                filters.append({"kinds": LIVE_KINDS, "#h": chunk, "limit": 1})
+        else:
+            filters.append({"kinds": LIVE_KINDS, "limit": 1})
+        sub_ids = []
+        for filter_ in filters:
+            sub_id = "buzz-sync-" + secrets.token_hex(4)
+            ws.send(orjson.dumps(["REQ", sub_id, filter_]).decode())
+            sub_ids.append(sub_id)
+        logger.info("live subscription to %d channels", len(channels))
+        return sub_ids
+
+    def _expect(self, ws: ClientConnection, verb: str) -> list[Any]:
+        """Waits for a message starting with ``verb``, skipping others (notices and the like)."""
+        deadline = SESSION_TIMEOUT
+        while True:
+            try:
+                message = _decode(ws.recv(timeout=deadline))
+            except TimeoutError:
+                raise SessionError(f"relay sent no {verb} within {deadline:.0f} s") from None
+            if message and message[0] == verb:
+                return message
+
+
+class SessionError(Exception):
+    pass
+
+
+def _decode(raw: str | bytes) -> list[Any]:
+    try:
+        message = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return []
+    return message if isinstance(message, list) else []
+
+
+def watch(
+    syncer: Syncer,
+    *,
+    interval: float,
+    report: Callable[[RoundSummary], None],
+    on_error: Callable[[SyncError], None],
+    on_page: Callable[[Round], None] | None = None,
+    live: bool = True,
+    safety_interval: float = 300.0,
+    stop: threading.Event | None = None,
+) -> None:
+    """Run rounds until ``stop`` is set: after live hints where the relay offers
+    ``artifacts.sync``, every ``interval`` seconds otherwise (and every ``safety_interval``
+    under a live subscription). Errors a later round may not see again (relay down, busy,
+    a malformed page) are reported and retried with backoff; a 401 or an unknown community
+    end the watch."""
+    stop = stop or threading.Event()
+    wake = threading.Event()
+    hints: LiveHints | None = None
+    failures = 0
+    backoff = RetryPolicy(base=max(interval, 1.0), cap=max(interval, 300.0))
+
+    def hint(reason: str) -> None:
+        logger.info("round triggered: %s", reason)
+        wake.set()
+
+    try:
+        while not stop.is_set():
+            info = None
+            try:
+                info = syncer.relay_info()
+                report(syncer.run_round(info=info, on_page=on_page))
+                failures = 0
+            except (Unauthorized, UnknownCommunity):
+                raise
+            except SyncError as exc:
+                failures += 1
+                on_error(exc)
+            if info is not None and live:
+                if info.sync and hints is None:
+                    ws_url = syncer.address.ws_url(info.sync_endpoint)
+                    hints = LiveHints(ws_url, syncer.http.secret, on_hint=hint)
+                    hints.start()
+                elif not info.sync and hints is not None:
+                    hints.stop()
+                    hints = None
+                if hints is not None:
+                    hints.set_channels(
+                        syncer.filter.channels or syncer.store.channels(syncer.collection_id)
+                    )
+            if failures:
+                timeout = backoff.backoff(failures)
+            elif hints is not None and hints.connected.is_set():
+                timeout = max(interval, safety_interval)
+            else:
+                timeout = interval
+            if wake.wait(timeout) and not stop.is_set():
+                stop.wait(0.2)  # let a burst of hints (one write, several events) settle
+            wake.clear()
+    finally:
+        if hints is not None:
+            hints.stop()
