@@ -49,6 +49,22 @@ class Config:
     debug: bool
     overlap_seconds: int
     token_max_age_seconds: int
+    rate_limits: RateLimits = field(default_factory=lambda: RateLimits())
+
+
+@dataclass(frozen=True)
+class RateLimits:
+    """Token buckets (requests per second, burst) per client address and per pubkey; rate 0 = off.
+
+    The address limit is checked before any signature is verified and must allow for many users
+    behind one NAT; the pubkey limit bounds one identity. Benchmarks raise both through the
+    environment (RELAY_RATE_LIMIT_ADDRESS_RATE=0 etc.).
+    """
+
+    address_rate: float = 200.0
+    address_burst: int = 1000
+    pubkey_rate: float = 50.0
+    pubkey_burst: int = 200
 
 
 def _env(name: str) -> str | None:
@@ -155,6 +171,38 @@ def _trusted_proxies(raw: str | None) -> tuple[str, ...]:
     return tuple(networks)
 
 
+def _float(name: str, default: float, *, minimum: float) -> float:
+    raw = _env(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number (got {raw!r})") from None
+    if not value >= minimum or value == float("inf"):  # also refuses NaN
+        raise ConfigError(f"{name} must be a finite number of at least {minimum} (got {raw!r})")
+    return value
+
+
+def _burst(name: str, default: int) -> int:
+    raw = _env(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{name} must be a whole number of requests, at least 1 (got {raw!r})")
+    return int(raw)
+
+
+def _rate_limits() -> RateLimits:
+    default = RateLimits()
+    return RateLimits(
+        address_rate=_float("RELAY_RATE_LIMIT_ADDRESS_RATE", default.address_rate, minimum=0),
+        address_burst=_burst("RELAY_RATE_LIMIT_ADDRESS_BURST", default.address_burst),
+        pubkey_rate=_float("RELAY_RATE_LIMIT_PUBKEY_RATE", default.pubkey_rate, minimum=0),
+        pubkey_burst=_burst("RELAY_RATE_LIMIT_PUBKEY_BURST", default.pubkey_burst),
+    )
+
+
 def read_config() -> Config:
     database_url = _env("DATABASE_URL")
     database = parse_database_url(database_url) if database_url else None
@@ -194,6 +242,7 @@ def read_config() -> Config:
         debug=debug,
         overlap_seconds=_int("ARTIFACT_SYNC_OVERLAP_SECONDS", 120, minimum=0),
         token_max_age_seconds=_int("ARTIFACT_SYNC_TOKEN_MAX_AGE", 30 * 86400, minimum=60),
+        rate_limits=_rate_limits(),
     )
 
 

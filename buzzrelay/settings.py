@@ -122,6 +122,12 @@ RELAY_TRUSTED_PROXIES = CONFIG.trusted_proxies
 ARTIFACT_SYNC_OVERLAP_SECONDS = CONFIG.overlap_seconds
 ARTIFACT_SYNC_TOKEN_MAX_AGE = CONFIG.token_max_age_seconds
 RELAY_MAX_BODY_BYTES = 64 * 1024
+# Token buckets (PROTOCOL.md section 3): per client address before any signature is verified,
+# per pubkey after authentication; rate in requests per second, 0 turns a limit off.
+RELAY_RATE_LIMIT_ADDRESS_RATE = CONFIG.rate_limits.address_rate
+RELAY_RATE_LIMIT_ADDRESS_BURST = CONFIG.rate_limits.address_burst
+RELAY_RATE_LIMIT_PUBKEY_RATE = CONFIG.rate_limits.pubkey_rate
+RELAY_RATE_LIMIT_PUBKEY_BURST = CONFIG.rate_limits.pubkey_burst
 RELAY_NAME = "Buzz relay"
 RELAY_DESCRIPTION = "Team workspace artifacts: tasks, notes and documents."
 RELAY_SOFTWARE_URL = "https://github.com/block/buzz"

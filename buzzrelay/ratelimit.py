@@ -1,0 +1,183 @@
+"""Rate limits: token buckets per client address and per pubkey (PROTOCOL.md section 3).
+
+Buckets live in Redis, shared by every instance: one Lua script refills and takes a token
+atomically on Redis's own clock. While Redis is unavailable each process keeps its own buckets,
+so limits loosen (per instance) but serving continues. A Redis failure opens a short circuit
+breaker, so requests do not each wait for a connect timeout while Redis is down.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import caches
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.http import HttpRequest, HttpResponse
+from redis.exceptions import NoScriptError, RedisError
+
+from buzzrelay.http import client_address, json_error
+
+__all__ = [
+    "check_address",
+    "check_pubkey",
+    "check_rate",
+    "mark_redis_down",
+    "rate_limited_response",
+    "redis_client",
+]
+
+KEY_PREFIX = "buzz:rl:"
+# After a Redis failure, go straight to the fallbacks for this long before trying again.
+REDIS_RETRY_SECONDS = 5.0
+LOCAL_MAX_BUCKETS = 100_000
+
+# KEYS[1] bucket; ARGV rate (tokens/s), burst. Returns the wait in seconds as a string ("0" =
+# allowed; a Lua number would be truncated to an integer reply). A refused request leaves the
+# bucket as it was, so it keeps refilling from its last take.
+_TAKE = """
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local state = redis.call('HMGET', KEYS[1], 't', 'v')
+local tokens = burst
+if state[1] then
+  tokens = math.min(burst, tonumber(state[2]) + math.max(0, now - tonumber(state[1])) * rate)
+end
+if tokens < 1 then
+  return tostring((1 - tokens) / rate)
+end
+redis.call('HSET', KEYS[1], 't', string.format('%.6f', now), 'v', tostring(tokens - 1))
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
+return '0'
+"""
+
+_state_lock = threading.Lock()
+_redis_down_until = 0.0
+_script_sha: str | None = None
+
+
+def redis_client() -> Any | None:
+    """The raw Redis client behind the default cache, or None (no Redis, or it just failed)."""
+    if time.monotonic() < _redis_down_until:
+        return None
+    cache = caches["default"]
+    if type(cache).__module__.split(".")[0] != "django_redis":
+        return None
+    from django_redis import get_redis_connection
+
+    return get_redis_connection("default")
+
+
+def mark_redis_down() -> None:
+    global _redis_down_until
+    with _state_lock:
+        _redis_down_until = time.monotonic() + REDIS_RETRY_SECONDS
+
+
+@receiver(setting_changed)
+def _caches_changed(*, setting: str, **kwargs: Any) -> None:
+    # A new cache configuration is a new Redis: forget what the breaker knew about the old one.
+    global _redis_down_until, _script_sha
+    if setting == "CACHES":
+        _redis_down_until = 0.0
+        _script_sha = None
+
+
+class _LocalBuckets:
+    """In-process buckets for while Redis is unavailable."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, key: str, rate: float, burst: int) -> float | None:
+        now = time.monotonic()
+        with self._lock:
+            last, tokens = self._buckets.get(key, (now, float(burst)))
+            tokens = min(float(burst), tokens + (now - last) * rate)
+            if tokens < 1:
+                return (1 - tokens) / rate
+            if len(self._buckets) >= LOCAL_MAX_BUCKETS and key not in self._buckets:
+                self._forget_full(now, rate, burst)
+            self._buckets[key] = (now, tokens - 1)
+            return None
+
+    def _forget_full(self, now: float, rate: float, burst: int) -> None:
+        # A bucket that has refilled completely is the same as no bucket.
+        full = [k for k, (t, v) in self._buckets.items() if v + (now - t) * rate >= burst]
+        for key in full:
+            del self._buckets[key]
+        if len(self._buckets) >= LOCAL_MAX_BUCKETS:
+            self._buckets.clear()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._buckets.clear()
+
+
+local_buckets = _LocalBuckets()
+
+
+def check_rate(key: str, *, rate: float, burst: int) -> float | None:
+    """Take one token from bucket `key`: None when allowed, else seconds until a token is due.
+
+    `rate` tokens per second refill a bucket holding at most `burst`; `rate <= 0` is no limit.
+    """
+    if rate <= 0:
+        return None
+    client = redis_client()
+    if client is not None:
+        try:
+            wait = float(_take_in_redis(client, KEY_PREFIX + key, rate, burst))
+        except (RedisError, OSError):
+            mark_redis_down()
+        else:
+            return wait if wait > 0 else None
+    return local_buckets.take(key, rate, burst)
+
+
+def _take_in_redis(client: Any, key: str, rate: float, burst: int) -> bytes:
+    global _script_sha
+    if _script_sha is None:
+        _script_sha = client.script_load(_TAKE)
+    try:
+        result: bytes = client.evalsha(_script_sha, 1, key, repr(rate), burst)
+    except NoScriptError:  # Redis restarted and lost its script cache
+        _script_sha = client.script_load(_TAKE)
+        result = client.evalsha(_script_sha, 1, key, repr(rate), burst)
+    return result
+
+
+def check_address(request: HttpRequest) -> float | None:
+    """The per-client-address limit; run it before any signature is verified."""
+    return check_rate(
+        f"addr:{client_address(request)}",
+        rate=settings.RELAY_RATE_LIMIT_ADDRESS_RATE,
+        burst=settings.RELAY_RATE_LIMIT_ADDRESS_BURST,
+    )
+
+
+def check_pubkey(pubkey: str) -> float | None:
+    """The per-pubkey limit, for an authenticated pubkey."""
+    return check_rate(
+        f"pk:{pubkey}",
+        rate=settings.RELAY_RATE_LIMIT_PUBKEY_RATE,
+        burst=settings.RELAY_RATE_LIMIT_PUBKEY_BURST,
+    )
+
+
+def rate_limited_response(retry_after: float) -> HttpResponse:
+    """429 JSON with `Retry-After` in whole seconds (at least 1)."""
+    seconds = max(1, math.ceil(retry_after))
+    return json_error(
+        429,
+        "rate_limited",
+        f"too many requests; retry in {seconds} s",
+        headers={"Retry-After": str(seconds)},
+    )
