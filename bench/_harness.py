@@ -1,0 +1,195 @@
+"""Shared plumbing for the serving benchmarks: a database, a community, relay processes, wrk.
+
+The relay is served the way the README deploys it (`buzz-admin serve` = uvicorn, or the other
+ASGI servers under comparison), against PostgreSQL and Redis on this machine: DATABASE_URL and
+REDIS_URL when set, else an embedded PostgreSQL (.data/bench-postgres) and a throwaway Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+OUT = ROOT / "bench" / "out"
+BENCH_RELAY_SECRET = "7c0ffee0" * 8
+BENCH_HOST = "127.0.0.1"
+
+
+@dataclass
+class Services:
+    database_url: str
+    redis_url: str
+
+
+@contextmanager
+def services() -> Iterator[Services]:
+    """PostgreSQL and Redis for a benchmark run (the environment's, else embedded ones)."""
+    sys.path.insert(0, str(ROOT))
+    from buzzrelay.embedded import ensure_postgres, start_redis
+
+    database_url = os.environ.get("DATABASE_URL")
+    redis_url = os.environ.get("REDIS_URL")
+    redis = None
+    if not database_url:
+        pg = ensure_postgres(ROOT / ".data" / "bench-postgres")
+        pg.create_database("buzz_bench")
+        database_url = pg.url("buzz_bench")
+    if not redis_url:
+        redis = start_redis()
+        redis_url = redis.url
+    try:
+        yield Services(database_url, redis_url)
+    finally:
+        if redis is not None:
+            redis.stop()
+
+
+def relay_env(svc: Services, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=svc.database_url,
+        REDIS_URL=svc.redis_url,
+        RELAY_SIGNING_KEY=BENCH_RELAY_SECRET,
+        DJANGO_SETTINGS_MODULE="buzzrelay.settings",
+        PYTHONPATH=str(ROOT),
+    )
+    env.update(extra)
+    return env
+
+
+def setup_database(svc: Services, *, host: str = BENCH_HOST) -> None:
+    """Migrate (building indexes) and make sure the benchmark community exists."""
+    env = relay_env(svc)
+    subprocess.run(
+        [str(VENV_BIN / "buzz-admin"), "migrate", "--build-indexes"],
+        env=env, check=True, stdout=subprocess.DEVNULL,
+    )
+    subprocess.run(
+        [str(VENV_BIN / "buzz-admin"), "community", "--host", host, "--name", "Bench",
+         "--artifacts", "on"],
+        env=env, check=True, stdout=subprocess.DEVNULL,
+    )
+
+
+def free_port() -> int:
+    from buzzrelay.embedded import free_port as _free_port
+
+    return _free_port()
+
+
+SERVER_COMMANDS = {
+    "uvicorn": lambda port, workers: [
+        str(VENV_BIN / "uvicorn"), "buzzrelay.asgi:application", "--host", "127.0.0.1",
+        "--port", str(port), "--workers", str(workers), "--lifespan", "off",
+        "--log-level", "warning", "--no-access-log",
+    ],
+    "granian": lambda port, workers: [
+        str(VENV_BIN / "granian"), "--interface", "asgi", "--host", "127.0.0.1",
+        "--port", str(port), "--workers", str(workers), "--no-ws",
+        "--log-level", "warning", "buzzrelay.asgi:application",
+    ],
+    # daphne has no worker processes of its own: one process is what it offers.
+    "daphne": lambda port, workers: [
+        str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port),
+        "buzzrelay.asgi:application",
+    ],
+}
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def start_server(kind: str, svc: Services, *, workers: int = 1, **env: str) -> Server:
+    import httpx
+
+    port = free_port()
+    process = subprocess.Popen(
+        SERVER_COMMANDS[kind](port, workers), env=relay_env(svc, **env), cwd=ROOT,
+        start_new_session=True, stdout=subprocess.DEVNULL,
+    )
+    server = Server(process, port)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(f"{kind} did not start")
+        time.sleep(0.2)
+
+
+@dataclass
+class WrkResult:
+    requests_per_second: float
+    p50_ms: float
+    p99_ms: float
+    non_2xx: int
+    errors: int
+
+
+def _ms(value: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", value).groups()  # type: ignore[union-attr]
+    return float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def run_wrk(
+    url: str, *, seconds: int, connections: int, threads: int = 1,
+    script: Path | None = None, headers: dict[str, str] | None = None,
+) -> WrkResult:
+    """Drive `url` with wrk (Debian's package; bin/bootstrap bench installs it)."""
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: run bin/bootstrap bench (apt-get install wrk)")
+    command = ["wrk", "--latency", f"-t{threads}", f"-c{connections}", f"-d{seconds}s"]
+    for name, value in (headers or {}).items():
+        command += ["-H", f"{name}: {value}"]
+    if script is not None:
+        command += ["-s", str(script)]
+    output = subprocess.run(command + [url], capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
+    p50 = _ms(re.search(r"\s50%\s+(\S+)", output).group(1))  # type: ignore[union-attr]
+    p99 = _ms(re.search(r"\s99%\s+(\S+)", output).group(1))  # type: ignore[union-attr]
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output)
+    return WrkResult(
+        requests_per_second=rps, p50_ms=p50, p99_ms=p99,
+        non_2xx=int(non_2xx.group(1)) if non_2xx else 0,
+        errors=sum(int(g) for g in errors.groups()) if errors else 0,
+    )
+
+
+def print_table(headers: list[str], rows: list[list[object]]) -> None:
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
