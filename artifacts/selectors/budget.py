@@ -1,0 +1,38 @@
+"""The read budget: every read runs in one transaction under a 2 s statement timeout.
+
+A statement past its budget raises QueryCanceled, which the HTTP middleware answers with 503
+`budget_exceeded` (PROTOCOL.md section 5, work budgets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import connections, transaction
+from django.db.backends.utils import CursorWrapper
+
+READ_STATEMENT_TIMEOUT_MS = 2000
+
+
+@contextmanager
+def read_transaction(
+    *,
+    alias: str = "default",
+    repeatable_read: bool = False,
+    statement_timeout_ms: int = READ_STATEMENT_TIMEOUT_MS,
+) -> Iterator[CursorWrapper]:
+    """A read-only transaction (REPEATABLE READ when asked) under the read budget.
+
+    Refuses to run inside another transaction: isolation can only be set by a transaction's
+    first statement, and a page's snapshot must be its own.
+    """
+    connection = connections[alias]
+    if connection.in_atomic_block:
+        raise RuntimeError("reads run in a transaction of their own")
+    isolation = "REPEATABLE READ" if repeatable_read else "READ COMMITTED"
+    with transaction.atomic(using=alias), connection.cursor() as cursor:
+        # Neither statement takes a snapshot: the caller's first query does.
+        cursor.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}, READ ONLY")
+        cursor.execute(f"SET LOCAL statement_timeout = {int(statement_timeout_ms)}")
+        yield cursor

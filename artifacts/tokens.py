@@ -1,0 +1,225 @@
+"""Progress tokens: the opaque, authenticated state a client carries between pages and rounds.
+
+Layout (before base64url without padding):
+
+    version (1 byte) | nonce (12) | AES-GCM-SIV ciphertext of the fields + tag (16)
+
+The key is HKDF-SHA256 of the relay key (per token version), so every instance sharing the relay
+key reads every other's tokens and nothing inside is readable by the client. The associated data
+binds the version byte, the community, the reader and the canonical filter: a token presented by
+another reader, to another community or with another filter fails authentication exactly like a
+tampered one. AES-GCM-SIV rather than AES-GCM because nonces are random and a page issues a token
+every time: a repeated nonce under GCM-SIV reveals only that two tokens are equal.
+
+Decoding answers one of three things: the token (current key, current version); `RetiredToken`
+(authentic under a retired key or an older version: the caller starts a new full round); or
+`InvalidProgress` (400 `invalid_progress`) for everything else.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import IntEnum
+from functools import lru_cache
+from os import urandom
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCMSIV
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from django.conf import settings
+
+TOKEN_VERSION = 1
+_NONCE_BYTES = 12
+_TAG_BYTES = 16
+# Fields: phase, epoch, database, round T, watermark W, cursor time, view digest, view T,
+# view fingerprint, issued at, cursor key length; then the cursor key itself.
+_FIELDS = struct.Struct(">Bq8sqqq16sq8sqB")
+_MAX_CURSOR_KEY = 32
+# A token is about 200 characters; anything much longer is not one of ours.
+_MAX_TOKEN_CHARS = 400
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class InvalidProgress(ValueError):
+    """Malformed, unauthentic, or another reader's, community's or filter's token (HTTP 400)."""
+
+
+class Phase(IntEnum):
+    # A full round: readable heads with modified_at < T, cursor on (modified_at, artifact_id).
+    FULL = 0
+    # A continuation round over changed heads in [W - overlap, T), same cursor.
+    HEADS = 1
+    # ... then over moves in [W - overlap, T), cursor on (modified_at, event_id).
+    MOVES = 2
+    # The round is finished; the next page starts a continuation round with W = T.
+    DONE = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressToken:
+    phase: Phase
+    epoch: int
+    # sha256 of the database identity (relayinfo.sync_epoch.database_identity), first 8 bytes.
+    database: bytes
+    round_t: datetime
+    # The round's watermark W (continuation rounds); the epoch start for full rounds.
+    watermark: datetime
+    cursor_at: datetime
+    cursor_key: bytes
+    # The reader's view as the page that computed it saw it, the fence T of that page's round,
+    # and the fingerprint of what could change it (see artifacts.selectors.view).
+    view_digest: bytes
+    view_t: datetime
+    view_fingerprint: bytes
+    issued_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RetiredToken:
+    """Authentic, but under a retired relay key or an older token version: start over."""
+
+    reason: str
+
+
+def database_tag(identity: str) -> bytes:
+    return hashlib.sha256(identity.encode()).digest()[:8]
+
+
+def token_binding(*, community_id: int, reader: str, filter_digest: bytes) -> bytes:
+    """What a token is bound to (the AEAD's associated data besides the version)."""
+    return hashlib.sha256(
+        b"buzz token binding\0%d\0%s\0" % (community_id, reader.encode()) + filter_digest
+    ).digest()
+
+
+@lru_cache(maxsize=16)
+def _key(secret_hex: str, version: int) -> AESGCMSIV:
+    key = HKDF(
+        algorithm=hashes.SHA256(),
+        length=32,
+        salt=b"buzz-relay",
+        info=b"progress-token/v%d" % version,
+    ).derive(bytes.fromhex(secret_hex))
+    return AESGCMSIV(key)
+
+
+def _micros(moment: datetime) -> int:
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+def _moment(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def encode_progress(
+    token: ProgressToken,
+    *,
+    binding: bytes,
+    secret: str | None = None,
+    version: int = TOKEN_VERSION,
+) -> str:
+    """The token string for `token`. `secret` and `version` default to the relay's current ones
+    (tests pass others to make tokens of a retired key or an older version)."""
+    if len(token.cursor_key) > _MAX_CURSOR_KEY:
+        raise ValueError("cursor key too long")
+    fields = _FIELDS.pack(
+        token.phase,
+        token.epoch,
+        token.database,
+        _micros(token.round_t),
+        _micros(token.watermark),
+        _micros(token.cursor_at),
+        token.view_digest,
+        _micros(token.view_t),
+        token.view_fingerprint,
+        _micros(token.issued_at),
+        len(token.cursor_key),
+    )
+    header = bytes([version])
+    nonce = urandom(_NONCE_BYTES)
+    sealed = _key(secret or settings.RELAY_SIGNING_SECRET, version).encrypt(
+        nonce, fields + token.cursor_key, header + binding
+    )
+    return base64.urlsafe_b64encode(header + nonce + sealed).rstrip(b"=").decode("ascii")
+
+
+def decode_progress(
+    text: str,
+    *,
+    binding: bytes,
+    secret: str | None = None,
+    previous_secrets: Sequence[str] | None = None,
+    current_version: int = TOKEN_VERSION,
+) -> ProgressToken | RetiredToken:
+    """Read a token string; raises `InvalidProgress` for anything not authentic for `binding`."""
+    raw = _unbase64(text)
+    if len(raw) < 1 + _NONCE_BYTES + _TAG_BYTES + _FIELDS.size:
+        raise InvalidProgress("token too short")
+    version = raw[0]
+    if not 1 <= version <= current_version:
+        raise InvalidProgress("unknown token version")
+    nonce, sealed = raw[1 : 1 + _NONCE_BYTES], raw[1 + _NONCE_BYTES :]
+    associated = raw[:1] + binding
+    current = secret or settings.RELAY_SIGNING_SECRET
+    retired = (
+        settings.RELAY_PREVIOUS_SIGNING_SECRETS if previous_secrets is None else previous_secrets
+    )
+    for index, key_hex in enumerate((current, *retired)):
+        try:
+            plain = _key(key_hex, version).decrypt(nonce, sealed, associated)
+        except InvalidTag:
+            continue
+        if index > 0:
+            return RetiredToken("retired relay key")
+        if version < current_version:
+            return RetiredToken("older token version")
+        return _unpack(plain)
+    raise InvalidProgress("token not recognised")
+
+
+def _unbase64(text: str) -> bytes:
+    if not isinstance(text, str) or not 0 < len(text) <= _MAX_TOKEN_CHARS:
+        raise InvalidProgress("malformed token")
+    if not _BASE64URL.fullmatch(text) or len(text) % 4 == 1:
+        raise InvalidProgress("malformed token")
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    # Unused low bits of the last character would let two strings name one token: refuse them,
+    # so any changed character is a changed token.
+    if base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii") != text:
+        raise InvalidProgress("malformed token")
+    return raw
+
+
+def _unpack(plain: bytes) -> ProgressToken:
+    try:
+        (
+            phase, epoch, database, round_t, watermark, cursor_at, view_digest, view_t,
+            fingerprint, issued_at, key_length,
+        ) = _FIELDS.unpack_from(plain)
+        cursor_key = plain[_FIELDS.size :]
+        if len(cursor_key) != key_length:
+            raise InvalidProgress("malformed token")
+        return ProgressToken(
+            phase=Phase(phase),
+            epoch=epoch,
+            database=database,
+            round_t=_moment(round_t),
+            watermark=_moment(watermark),
+            cursor_at=_moment(cursor_at),
+            cursor_key=cursor_key,
+            view_digest=view_digest,
+            view_t=_moment(view_t),
+            view_fingerprint=fingerprint,
+            issued_at=_moment(issued_at),
+        )
+    except (struct.error, ValueError, OverflowError) as exc:
+        # Authentic but unreadable can only be a bug of ours; the client still gets a 400.
+        raise InvalidProgress("malformed token") from exc
