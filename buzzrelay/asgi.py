@@ -26,7 +26,10 @@ django_application = get_asgi_application()
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 
 from artifacts.ws.routing import websocket_application  # noqa: E402
+from relayinfo.fleet import fleet_lifecycle  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {"http": django_application, "websocket": websocket_application}
+# fleet_lifecycle registers this process in the fleet registry (readiness item 4) when the
+# server starts it and deregisters it on shutdown.
+application = fleet_lifecycle(
+    ProtocolTypeRouter({"http": django_application, "websocket": websocket_application})
 )

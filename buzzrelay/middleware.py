@@ -23,7 +23,7 @@ from buzzrelay.http import CORS_HEADERS, json_error, request_host
 logger = logging.getLogger(__name__)
 
 # Paths served for operators on any host: the staff admin, its static files and health checks.
-HOST_INDEPENDENT_PREFIXES = ("/admin/", "/static/", "/healthz", "/readyz")
+HOST_INDEPENDENT_PREFIXES = ("/admin/", "/static/", "/healthz", "/readyz", "/metrics")
 
 
 def is_statement_timeout(exc: BaseException) -> bool:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from buzzrelay import VERSION
 from buzzrelay.config import load_config
+from nostr.events import EventLimits
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 CONFIG = load_config()
@@ -17,7 +18,8 @@ DEBUG = CONFIG.debug
 ALLOWED_HOSTS = ["*"]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin with the relay's site (adds the staff deployment-readiness page).
+    "relayinfo.admin_apps.BuzzAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -133,6 +135,29 @@ RELAY_DESCRIPTION = "Team workspace artifacts: tasks, notes and documents."
 RELAY_SOFTWARE_URL = "https://github.com/block/buzz"
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = RELAY_MAX_BODY_BYTES
+
+# NIP-11 `limitation` (PROTOCOL.md section 6). Each value is read both by relayinfo/nip11.py and
+# by the code that enforces it, so what the relay announces is what it enforces.
+# Events (writers over HTTP and WebSocket): size, tag count, tag value size, created_at window.
+RELAY_EVENT_LIMITS = EventLimits(
+    max_event_bytes=64 * 1024,
+    max_tags=256,  # limitation.max_event_tags
+    max_tag_value_bytes=4096,
+    created_at_lower=365 * 86400,  # limitation.created_at_lower_limit
+    created_at_upper=15 * 60,  # limitation.created_at_upper_limit
+)
+RELAY_MAX_MESSAGE_LENGTH = 131072  # WebSocket frame bytes; larger closes the connection
+RELAY_MAX_SUBSCRIPTIONS = 64  # open REQs per WebSocket connection
+RELAY_MAX_SUBID_LENGTH = 64  # characters of a REQ subscription id
+RELAY_MAX_LIMIT = 1000  # largest `limit` of a /query filter or REQ
+# The WebSocket at `/` serves NIP-01 REQ replay and live push (`artifacts.sync` in NIP-11).
+RELAY_WEBSOCKET_SYNC = True
+
+# Fleet registry (readiness item 4): each serving process refreshes its row this often; a row not
+# refreshed for three intervals is stale, no longer counts, and is deleted.
+RELAY_FLEET_REFRESH_SECONDS = 10
+# The readiness verdict is cached per process this long (NIP-11 and rounds ask for it often).
+RELAY_READINESS_CACHE_SECONDS = 2
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],

@@ -1,4 +1,4 @@
-"""Deployment state that is not artifact data: the sync epoch, the fleet, writer lag, auth replays."""
+"""Deployment state that is not artifact data: sync epoch, fleet, writer lag, auth replays."""
 
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ class RelayInstance(models.Model):
     version = models.CharField(max_length=50)
     stamps = models.BooleanField(help_text="maintains the modification stamps")
     key_id = models.CharField(max_length=8, help_text="first 8 hex of the relay pubkey")
+    # Readiness item 5 seen from outside the process (`buzz-admin readiness`): an instance whose
+    # key was generated at start-up says so here.
+    key_generated = models.BooleanField(default=False, db_default=False)
     started_at = models.DateTimeField(db_default=Now())
     last_seen_at = models.DateTimeField(db_default=Now())
 
@@ -41,6 +44,29 @@ class RelayInstance(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hostname}:{self.pid} ({self.version})"
+
+
+class FleetEpisode(models.Model):
+    """A period when readiness item 4 failed: a non-stamping writer or a second key was live.
+
+    The sync epoch is bumped when an episode opens, while the offending writer is still live, so
+    every older token resets; and again when it closes, after that writer left, because tokens
+    issued during the episode come from rounds that could not see its unstamped changes. The open
+    row is the durable, shared record that the closing bump is owed: whichever process next finds
+    item 4 passing pays it before it reports the deployment ready.
+    """
+
+    opened_at = models.DateTimeField(db_default=Now())
+    opened_epoch = models.BigIntegerField()
+    reason = models.TextField()
+    closed_at = models.DateTimeField(null=True, blank=True)
+    closed_epoch = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        db_table = "fleet_episodes"
+
+    def __str__(self) -> str:
+        return f"episode {self.pk} opened at epoch {self.opened_epoch}"
 
 
 class WriterLagSample(models.Model):

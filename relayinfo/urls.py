@@ -7,4 +7,5 @@ urlpatterns = [
     path("info", views.relay_root, name="relay-info"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
+    path("metrics", views.metrics, name="metrics"),
 ]

@@ -2,16 +2,53 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils.cache import patch_cache_control, patch_vary_headers
 
-from buzzrelay.http import json_error, json_response
+from buzzrelay.http import json_error, json_response, public_netloc, public_scheme
+from relayinfo.metrics import prometheus_exposition
+from relayinfo.nip11 import NOSTR_JSON, relay_information, wants_relay_information
+from relayinfo.readiness import deployment_ready
 
 
 def relay_root(request: HttpRequest) -> HttpResponse:
-    # Replaced by the NIP-11 document (readiness issue); until then a minimal JSON answer.
-    return json_response({"name": "Buzz relay"}, content_type="application/nostr+json")
+    """NIP-11 for the host's community (`/info`, or `/` asked with its media type), else a page."""
+    if request.method not in ("GET", "HEAD"):
+        return json_error(405, "method_not_allowed", "GET the relay information document")
+    community = request.community  # type: ignore[attr-defined]
+    # Readiness is only consulted where it can change the answer (cached per process anyway).
+    ready = community.artifacts_enabled and deployment_ready()
+    if request.path == "/info" or wants_relay_information(request.headers.get("Accept")):
+        document = relay_information(community=community, ready=ready)
+        response = json_response(document, content_type=NOSTR_JSON)
+    else:
+        scheme = "wss" if public_scheme(request) == "https" else "ws"
+        response = render(
+            request,
+            "relayinfo/home.html",
+            {
+                "community": community,
+                "websocket_url": f"{scheme}://{public_netloc(request)}/",
+                "incremental": ready,
+                "version": settings.RELAY_VERSION,
+                "software": settings.RELAY_SOFTWARE_URL,
+            },
+        )
+    # The answer depends on Accept and on readiness, which changes: caches must ask again.
+    patch_vary_headers(response, ["Accept"])
+    patch_cache_control(response, no_cache=True)
+    return response
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus text exposition: readiness, sync epoch, fleet, round traffic, lags."""
+    return HttpResponse(
+        prometheus_exposition(), content_type="text/plain; version=0.0.4; charset=utf-8"
+    )
 
 
 def healthz(request: HttpRequest) -> HttpResponse:
