@@ -1,11 +1,12 @@
-"""Placeholder until the WebSocket issue lands: refuses every WebSocket."""
+"""The WebSocket application buzzrelay/asgi.py mounts at `/` (PROTOCOL.md section 8).
 
-from channels.generic.websocket import WebsocketConsumer
+No origin validation and no session or cookie middleware: Nostr clients send any Origin or none
+and authenticate with NIP-42 inside the connection. The community comes from the Host header (or
+the trusted forwarded host), as for HTTP; an unknown host has its upgrade refused.
+"""
 
+from __future__ import annotations
 
-class _Refuse(WebsocketConsumer):
-    def connect(self) -> None:
-        self.close()
+from artifacts.ws.consumer import SyncConsumer
 
-
-websocket_application = _Refuse.as_asgi()
+websocket_application = SyncConsumer.as_asgi()

@@ -1,0 +1,252 @@
+"""Reads of the sync WebSocket: REQ replay and the channel access the live stream checks.
+
+Readability is PROTOCOL.md section 1 with one difference section 8 makes: the replay serves
+current heads *including* delete tombstones (a client must learn that `d` was deleted), and the
+removal markers (kind 45011) stored in readable channels. A connection may have authenticated
+several pubkeys; a channel is readable to it when it is open or ANY of them is an active member
+(the union: a subscription is served what any of its pubkeys may read).
+
+Every query is one statement, so one snapshot decides channels, policy and rows together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django.db import connection
+
+from artifacts.ws.filters import KIND_ARTIFACT, KIND_REMOVAL_MARKER
+
+__all__ = [
+    "ChannelState",
+    "CommunityPolicy",
+    "ReplayRow",
+    "channel_states",
+    "community_policy",
+    "replay_events",
+]
+
+ReplayRow = tuple[int, str, str]  # (created_at, event_id, raw)
+
+# The readable channels (limited to `#h` when given) under the community's policy: no row at all
+# while artifacts are disabled, because `policy` is then empty.
+_READABLE = """
+policy AS (
+    SELECT artifact_types FROM communities WHERE id = %(community)s AND artifacts_enabled
+),
+readable AS (
+    SELECT c.channel_id FROM channels c, policy
+    WHERE c.community_id = %(community)s AND c.deleted_at IS NULL {channel_predicate}
+      AND (c.visibility = 'open' OR EXISTS (
+            SELECT 1 FROM channel_members m
+            WHERE m.community_id = c.community_id AND m.channel_id = c.channel_id
+              AND m.pubkey = ANY(%(pubkeys)s::text[]) AND m.removed_at IS NULL))
+)"""
+
+# Current heads, delete tombstones included; a redacted head event is never served.
+# Uses artifact_heads_channel (community_id, channel_id, artifact_id).
+_HEADS = """
+SELECT h.created_at, h.event_id, e.raw
+FROM artifact_heads h
+JOIN policy ON TRUE
+JOIN events e ON e.community_id = h.community_id AND e.event_id = h.event_id
+WHERE h.community_id = %(community)s
+  AND h.channel_id IN (SELECT channel_id FROM readable)
+  AND e.deleted_at IS NULL
+  AND (policy.artifact_types IS NULL OR h.artifact_type = ANY(policy.artifact_types))
+  {predicates}
+ORDER BY h.created_at DESC, h.event_id
+LIMIT %(limit)s"""
+
+# Removal markers stored in readable channels. Their `d` is read from the stored JSON (markers
+# are few: one per move); the type of `d` (immutable) comes from its head.
+# Uses events_channel_kind (community_id, channel_id, kind, created_at).
+_MARKER_D = (
+    "(SELECT t->>1 FROM jsonb_array_elements(e.raw::jsonb->'tags') t "
+    "WHERE t->>0 = 'd' LIMIT 1)"
+)
+_MARKERS = f"""
+SELECT e.created_at, e.event_id, e.raw
+FROM events e
+JOIN policy ON TRUE
+WHERE e.community_id = %(community)s AND e.kind = {KIND_REMOVAL_MARKER}
+  AND e.channel_id IN (SELECT channel_id FROM readable)
+  AND e.deleted_at IS NULL
+  AND (policy.artifact_types IS NULL OR EXISTS (
+        SELECT 1 FROM artifact_heads th
+        WHERE th.community_id = e.community_id AND th.artifact_id::text = {_MARKER_D}
+          AND th.artifact_type = ANY(policy.artifact_types)))
+  {{predicates}}
+ORDER BY e.created_at DESC, e.event_id
+LIMIT %(limit)s"""
+
+
+def replay_events(
+    *,
+    community_id: int,
+    pubkeys: Collection[str],
+    kinds: Collection[int],
+    ids: Collection[str] | None = None,
+    authors: Collection[str] | None = None,
+    channels: Collection[str] | None = None,
+    artifacts: Collection[str] | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    limit: int,
+) -> list[ReplayRow]:
+    """The stored events one NIP-01 filter replays, newest first (`created_at` desc, id asc).
+
+    `None` for a predicate means absent; an empty collection matches nothing.
+    """
+    if limit <= 0 or any(v is not None and not v for v in (ids, authors, channels, artifacts)):
+        return []
+    params: dict[str, Any] = {
+        "community": community_id,
+        "pubkeys": sorted(pubkeys),
+        "limit": limit,
+    }
+    channel_predicate = ""
+    if channels is not None:
+        params["channels"] = [UUID(c) for c in channels]
+        channel_predicate = "AND c.channel_id = ANY(%(channels)s::uuid[])"
+    common: list[str] = []
+    if ids is not None:
+        params["ids"] = sorted(ids)
+        common.append("AND e.event_id = ANY(%(ids)s::text[])")
+    if authors is not None:
+        params["authors"] = sorted(authors)
+        common.append("AND e.pubkey = ANY(%(authors)s::text[])")
+    if since is not None:
+        params["since"] = since
+        common.append("AND e.created_at >= %(since)s")
+    if until is not None:
+        params["until"] = until
+        common.append("AND e.created_at <= %(until)s")
+    head_predicates = list(common)
+    marker_predicates = list(common)
+    if artifacts is not None:
+        params["artifacts"] = [UUID(a) for a in artifacts]
+        params["artifact_texts"] = sorted(artifacts)
+        head_predicates.append("AND h.artifact_id = ANY(%(artifacts)s::uuid[])")
+        marker_predicates.append(f"AND {_MARKER_D} = ANY(%(artifact_texts)s::text[])")
+    branches = []
+    if KIND_ARTIFACT in kinds:
+        branches.append(_HEADS.format(predicates="\n  ".join(head_predicates)))
+    if KIND_REMOVAL_MARKER in kinds:
+        branches.append(_MARKERS.format(predicates="\n  ".join(marker_predicates)))
+    if not branches:
+        return []
+    union = " UNION ALL ".join(f"({branch})" for branch in branches)
+    sql = (
+        "WITH "
+        + _READABLE.format(channel_predicate=channel_predicate)
+        + f"\nSELECT * FROM ({union}) AS replay ORDER BY 1 DESC, 2 LIMIT %(limit)s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [(int(created_at), event_id, raw) for created_at, event_id, raw in cursor]
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelState:
+    """What the live stream needs to decide one channel's readability for any pubkey."""
+
+    channel_id: str
+    exists: bool  # exists and is not deleted
+    open: bool
+    members: frozenset[str]  # active members (only loaded for private channels)
+
+    def readable_by_any(self, pubkeys: Collection[str]) -> bool:
+        if not self.exists:
+            return False
+        if self.open:
+            return True
+        return any(p in self.members for p in pubkeys)
+
+
+@dataclass(frozen=True, slots=True)
+class CommunityPolicy:
+    exists: bool
+    artifacts_enabled: bool
+    artifact_types: frozenset[str] | None  # None: every type is allowed
+
+    def allows(self, artifact_type: str | None) -> bool:
+        if not self.artifacts_enabled:
+            return False
+        return self.artifact_types is None or (
+            artifact_type is not None and artifact_type in self.artifact_types
+        )
+
+
+_CHANNEL_STATES = """
+SELECT c.channel_id::text, c.visibility,
+       CASE WHEN c.visibility = 'open' THEN NULL ELSE ARRAY(
+           SELECT m.pubkey FROM channel_members m
+           WHERE m.community_id = c.community_id AND m.channel_id = c.channel_id
+             AND m.removed_at IS NULL) END
+FROM channels c
+WHERE c.community_id = %(community)s AND c.channel_id = ANY(%(channels)s::uuid[])
+  AND c.deleted_at IS NULL
+"""
+
+
+def channel_states(*, community_id: int, channel_ids: Collection[str]) -> dict[str, ChannelState]:
+    """The state of each named channel; a missing or deleted channel is `exists=False`."""
+    states = {
+        cid: ChannelState(channel_id=cid, exists=False, open=False, members=frozenset())
+        for cid in channel_ids
+    }
+    if not states:
+        return states
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _CHANNEL_STATES,
+            {"community": community_id, "channels": [UUID(c) for c in channel_ids]},
+        )
+        for channel_id, visibility, members in cursor:
+            states[channel_id] = ChannelState(
+                channel_id=channel_id,
+                exists=True,
+                open=visibility == "open",
+                members=frozenset(members or ()),
+            )
+    return states
+
+
+def community_policy(*, community_id: int) -> CommunityPolicy:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT artifacts_enabled, artifact_types FROM communities WHERE id = %s",
+            [community_id],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return CommunityPolicy(exists=False, artifacts_enabled=False, artifact_types=None)
+    enabled, types = row
+    return CommunityPolicy(
+        exists=True,
+        artifacts_enabled=bool(enabled),
+        artifact_types=frozenset(types) if types is not None else None,
+    )
+
+
+# What the hubs poll to notice access changes nobody announced: the listing counter every
+# listing and policy change increments, the policy itself, and the membership's marks.
+# channel_members_sync (community_id, pubkey, sync_modified_at, channel_id) serves the two
+# aggregates with an index-only scan of the community's members.
+_ACCESS_MARKS = """
+SELECT c.id, c.listing_version, c.artifacts_enabled, c.artifact_types,
+       (SELECT max(m.sync_modified_at) FROM channel_members m WHERE m.community_id = c.id),
+       (SELECT count(*) FROM channel_members m WHERE m.community_id = c.id)
+FROM communities c WHERE c.id = ANY(%s)
+"""
+
+
+def access_marks(*, community_ids: Collection[int]) -> dict[int, tuple[object, ...]]:
+    """Per community, values that change whenever its listing, policy or membership does."""
+    with connection.cursor() as cursor:
+        cursor.execute(_ACCESS_MARKS, [list(community_ids)])
+        return {int(row[0]): tuple(row[1:]) for row in cursor}

@@ -1,0 +1,410 @@
+"""The relay's WebSocket at `/`: NIP-01 and NIP-42 for the artifact sync (PROTOCOL.md section 8).
+
+One consumer per connection. It parses (artifacts.ws.messages), authorizes and makes one call:
+the ingest service for EVENT, the replay selector for REQ; live events come from the process's
+hub (artifacts.ws.hub), which hands each committed event to `deliver`. Everything the client
+receives goes through the connection's bounded outbox, written by its own task.
+
+Several pubkeys may authenticate on one connection; a subscription is served what ANY of them
+may read (open channels, and private channels where one of them is an active member), and an
+EVENT is accepted from any of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.db import DatabaseError
+
+from artifacts.selectors.communities import community_for_host
+from artifacts.selectors.replay import ChannelState, ReplayRow, replay_events
+from artifacts.services.ingest import ingest_event
+from artifacts.ws import shutdown
+from artifacts.ws.dbcall import run_db
+from artifacts.ws.filters import Filter, LiveEvent
+from artifacts.ws.hub import SyncHub, get_hub
+from artifacts.ws.messages import (
+    AuthMessage,
+    CloseMessage,
+    EventMessage,
+    RefusedMessage,
+    ReqMessage,
+    SyncLimits,
+    auth_challenge,
+    closed,
+    eose,
+    event_frame,
+    message_size,
+    notice,
+    ok,
+    parse_client_message,
+    subscription_prefix,
+)
+from artifacts.ws.outbox import Outbox
+from artifacts.ws.scope import client_address, public_host, public_relay_url
+from buzzrelay.ratelimit import check_pubkey, check_rate
+from nostr.nip42 import Nip42Error, verify_auth_event
+
+__all__ = ["SyncConsumer", "sync_limits"]
+
+logger = logging.getLogger(__name__)
+
+MAX_PUBKEYS = 32  # authenticated pubkeys per connection
+MAX_OUTBOX_LIVE = 1000  # live frames waiting for a slow client before they are dropped
+MAX_OUTBOX_BYTES = 16 * 1024 * 1024  # queued bytes after which a non-reading client is closed
+MAX_PENDING_LIVE = 1000  # live frames held back while a subscription replays
+CLOSE_GOING_AWAY = 1001
+CLOSE_POLICY = 1008
+CLOSE_TOO_BIG = 1009
+
+RESTRICTED_CHANNELS = "restricted: none of the channels this subscription names is readable"
+REVOKED_CHANNELS = "restricted: this connection can no longer read the channels it names"
+
+
+def _rate_limited(wait: float) -> str:
+    return f"rate-limited: slow down; retry in {max(1, math.ceil(wait))} s"
+
+
+def sync_limits() -> SyncLimits:
+    """The limits NIP-11 announces (buzzrelay.settings), read when a connection opens."""
+    return SyncLimits(
+        max_message_length=settings.RELAY_MAX_MESSAGE_LENGTH,
+        max_subscriptions=settings.RELAY_MAX_SUBSCRIPTIONS,
+        max_limit=settings.RELAY_MAX_LIMIT,
+        max_subid_length=settings.RELAY_MAX_SUBID_LENGTH,
+    )
+
+
+@dataclass(slots=True, eq=False)
+class Subscription:
+    sub_id: str
+    filters: tuple[Filter, ...]
+    prefix: str
+    # Every channel the filters name, or None when some filter names no `#h` (then the
+    # subscription covers every readable channel and is never closed for access).
+    named_channels: frozenset[str] | None
+    # Live frames held back while the replay runs, sent after EOSE (None once live).
+    pending: list[tuple[str, str]] | None = field(default_factory=list)
+    pending_dropped: int = 0
+
+    @classmethod
+    def create(cls, sub_id: str, filters: tuple[Filter, ...]) -> Subscription:
+        named: frozenset[str] | None = frozenset()
+        for flt in filters:
+            if flt.channels is None:
+                named = None
+                break
+            named = named | flt.channels  # type: ignore[operator]
+        return cls(sub_id, filters, subscription_prefix(sub_id), named)
+
+    def covers(self, channel_ids: frozenset[str] | None) -> bool:
+        if channel_ids is None or self.named_channels is None:
+            return True
+        return not self.named_channels.isdisjoint(channel_ids)
+
+
+class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
+    # No per-connection channel-layer channel: the process's hub receives for every socket.
+    channel_layer_alias = "buzz-sync-no-layer"
+
+    community_id: int
+    community: Any
+    hub: SyncHub | None = None
+
+    async def connect(self) -> None:
+        self.outbox: Outbox | None = None
+        self.subs: dict[str, Subscription] = {}
+        self.pubkeys: set[str] = set()
+        self.closing = False
+        if not settings.RELAY_WEBSOCKET_SYNC or self.scope.get("path", "/") not in ("", "/"):
+            await self.close()
+            return
+        try:
+            community = await run_db(community_for_host, public_host(self.scope))
+        except DatabaseError as exc:
+            logger.warning("WebSocket refused: community lookup failed (%s)", exc)
+            community = None
+        if community is None:
+            # Refusing before accept makes the server answer the upgrade with HTTP 403.
+            await self.close()
+            return
+        self.community = community
+        self.community_id = community.id
+        self.limits = sync_limits()
+        self.relay_url = public_relay_url(self.scope)
+        self.address = client_address(self.scope)
+        self.challenge = secrets.token_urlsafe(24)
+        self.outbox = Outbox(max_live=MAX_OUTBOX_LIVE, max_bytes=MAX_OUTBOX_BYTES)
+        await self.accept()
+        self.writer = asyncio.create_task(self._write_forever())
+        shutdown.register(self)
+        self._reply(auth_challenge(self.challenge))
+
+    async def disconnect(self, code: int) -> None:
+        self.closing = True
+        shutdown.unregister(self)
+        if self.hub is not None:
+            await self.hub.leave(self)
+        if self.outbox is not None:
+            self.outbox.closed = True
+            self.writer.cancel()
+
+    async def _write_forever(self) -> None:
+        assert self.outbox is not None
+        try:
+            await self.outbox.run(self._send_frame)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the socket went away under us
+            logger.debug("WebSocket writer stopped: %s", exc)
+
+    async def _send_frame(self, frame: str) -> None:
+        await self.send(text_data=frame)
+
+    def _reply(self, frame: str) -> None:
+        assert self.outbox is not None
+        if not self.outbox.put_reply(frame) and not self.closing:
+            self.closing = True
+            self._closer = asyncio.ensure_future(
+                self._close(CLOSE_POLICY, "too slow: the client is not reading")
+            )
+
+    async def _close(self, code: int, reason: str) -> None:
+        self.closing = True
+        if self.outbox is not None:
+            self.outbox.closed = True
+        await self.close(code=code, reason=reason)
+
+    # Client messages ----------------------------------------------------------------------
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.closing or self.outbox is None:
+            return
+        if text_data is None:
+            size = len(bytes_data or b"")
+            if size > self.limits.max_message_length:
+                await self._too_big(size)
+                return
+            self._reply(notice("invalid: binary frames are not supported; send JSON text"))
+            return
+        size = len(text_data)
+        if size * 3 > self.limits.max_message_length:  # a character is at most 3 UTF-8 bytes
+            size = message_size(text_data)
+        if size > self.limits.max_message_length:
+            await self._too_big(size)
+            return
+        try:
+            message = parse_client_message(text_data, self.limits)
+        except RefusedMessage as refused:
+            self._reply(refused.answer.frame())
+            return
+        if isinstance(message, ReqMessage):
+            await self._req(message)
+        elif isinstance(message, EventMessage):
+            await self._event(message)
+        elif isinstance(message, CloseMessage):
+            self.subs.pop(message.sub_id, None)
+        elif isinstance(message, AuthMessage):
+            await self._auth(message)
+
+    async def _too_big(self, size: int) -> None:
+        limit = self.limits.max_message_length
+        self._reply(notice(f"invalid: message of {size} bytes is over the {limit}-byte limit"))
+        assert self.outbox is not None
+        await self.outbox.drained(timeout=1.0)
+        await self._close(CLOSE_TOO_BIG, "message too big")
+
+    async def _address_wait(self) -> float | None:
+        """The per-address limit HTTP applies, for work that costs a signature check or a read."""
+        return await run_db(
+            check_rate,
+            f"addr:{self.address}",
+            rate=settings.RELAY_RATE_LIMIT_ADDRESS_RATE,
+            burst=settings.RELAY_RATE_LIMIT_ADDRESS_BURST,
+        )
+
+    async def _auth(self, message: AuthMessage) -> None:
+        if (wait := await self._address_wait()) is not None:
+            self._reply(ok(message.event_id, False, _rate_limited(wait)))
+            return
+        try:
+            pubkey = verify_auth_event(
+                message.event,
+                challenge=self.challenge,
+                relay_url=self.relay_url,
+                now=int(time.time()),
+            )
+        except Nip42Error as exc:
+            self._reply(ok(message.event_id, False, f"invalid: {exc}"))
+            return
+        if pubkey not in self.pubkeys and len(self.pubkeys) >= MAX_PUBKEYS:
+            self._reply(
+                ok(message.event_id, False, f"restricted: at most {MAX_PUBKEYS} pubkeys")
+            )
+            return
+        self.pubkeys.add(pubkey)
+        self._reply(ok(message.event_id, True, ""))
+
+    async def _event(self, message: EventMessage) -> None:
+        if not self.pubkeys:
+            self._reply(
+                ok(message.event_id, False, "auth-required: authenticate (NIP-42) to publish")
+            )
+            return
+        author = message.event.get("pubkey")
+        if author in self.pubkeys and (wait := await run_db(check_pubkey, author)) is not None:
+            self._reply(ok(message.event_id, False, _rate_limited(wait)))
+            return
+        try:
+            result = await run_db(
+                ingest_event,
+                community=self.community,
+                raw=message.raw,
+                authenticated_pubkeys=frozenset(self.pubkeys),
+            )
+        except DatabaseError as exc:
+            logger.warning("WebSocket EVENT failed: %s", exc)
+            self._reply(ok(message.event_id, False, "error: the event was not stored; retry"))
+            return
+        self._reply(orjson.dumps(result.as_ok()).decode())
+
+    async def _req(self, message: ReqMessage) -> None:
+        sub_id = message.sub_id
+        if not self.pubkeys:
+            self._reply(closed(sub_id, "auth-required: authenticate (NIP-42) to subscribe"))
+            return
+        if (wait := await self._address_wait()) is not None:
+            self._reply(closed(sub_id, _rate_limited(wait)))
+            return
+        if sub_id not in self.subs and len(self.subs) >= self.limits.max_subscriptions:
+            self._reply(
+                closed(
+                    sub_id,
+                    f"rate-limited: at most {self.limits.max_subscriptions} open subscriptions"
+                    " per connection; CLOSE one first",
+                )
+            )
+            return
+        # NIP-01: a REQ with an id in use replaces that subscription.
+        self.subs.pop(sub_id, None)
+        sub = Subscription.create(sub_id, message.filters)
+        hub = get_hub()
+        try:
+            if sub.named_channels is not None and not await self._any_readable(
+                hub, sub.named_channels
+            ):
+                self._reply(closed(sub_id, RESTRICTED_CHANNELS))
+                return
+            if self.hub is None:
+                await hub.join(self)
+                self.hub = hub
+            # Registered before the replay query: whatever commits after its snapshot arrives
+            # live (held in `pending` until EOSE).
+            self.subs[sub_id] = sub
+            rows = await run_db(self._replay_rows, sub.filters, frozenset(self.pubkeys))
+        except DatabaseError as exc:
+            logger.warning("WebSocket REQ failed: %s", exc)
+            if self.subs.get(sub_id) is sub:
+                del self.subs[sub_id]
+            self._reply(closed(sub_id, "error: the relay could not read; retry later"))
+            return
+        if self.subs.get(sub_id) is not sub:
+            return  # closed or replaced meanwhile
+        replayed = set()
+        for _, event_id, raw in rows:
+            replayed.add(event_id)
+            self._reply(event_frame(sub.prefix, raw))
+        self._reply(eose(sub_id))
+        pending, sub.pending = sub.pending or [], None
+        assert self.outbox is not None
+        for event_id, frame in pending:
+            if event_id not in replayed:
+                self.outbox.put_live(frame)
+        if sub.pending_dropped:
+            self.outbox.drop_counted(sub.pending_dropped)
+
+    def _replay_rows(
+        self, filters: tuple[Filter, ...], pubkeys: frozenset[str]
+    ) -> list[ReplayRow]:
+        """Each filter's replay (its own `limit`), de-duplicated across filters."""
+        seen: set[str] = set()
+        rows: list[ReplayRow] = []
+        for flt in filters:
+            for row in replay_events(
+                community_id=self.community_id,
+                pubkeys=pubkeys,
+                kinds=flt.kinds,
+                ids=flt.ids,
+                authors=flt.authors,
+                channels=flt.channels,
+                artifacts=flt.artifacts,
+                since=flt.since,
+                until=flt.until,
+                limit=flt.limit,
+            ):
+                if row[1] not in seen:
+                    seen.add(row[1])
+                    rows.append(row)
+        return rows
+
+    async def _any_readable(self, hub: SyncHub, channel_ids: frozenset[str]) -> bool:
+        policy = await hub.access.policy(self.community_id)
+        if not policy.artifacts_enabled or not channel_ids:
+            return False
+        states = await hub.access.channels(self.community_id, channel_ids)
+        return any(state.readable_by_any(self.pubkeys) for state in states.values())
+
+    # Called by the hub ---------------------------------------------------------------------
+
+    def deliver(self, event: LiveEvent, state: ChannelState) -> None:
+        if self.closing or not self.subs or not state.readable_by_any(self.pubkeys):
+            return
+        assert self.outbox is not None
+        for sub in self.subs.values():
+            if not any(flt.matches(event) for flt in sub.filters):
+                continue
+            frame = event_frame(sub.prefix, event.raw)
+            if sub.pending is None:
+                self.outbox.put_live(frame)
+            elif len(sub.pending) < MAX_PENDING_LIVE:
+                sub.pending.append((event.id, frame))
+            else:
+                sub.pending_dropped += 1
+
+    def live_missed(self, count: int) -> None:
+        if self.subs and self.outbox is not None and not self.closing:
+            self.outbox.drop_counted(count)
+
+    async def access_changed(self, channel_ids: frozenset[str] | None) -> None:
+        """Re-check the subscriptions that name a channel whose access may have changed.
+
+        Delivery itself checks every event against the hub's fresh channel state; what is left
+        here is to close the subscriptions none of whose named channels stays readable.
+        """
+        if self.closing or self.hub is None:
+            return
+        for sub in list(self.subs.values()):
+            if sub.named_channels is None or not sub.covers(channel_ids):
+                continue
+            if await self._any_readable(self.hub, sub.named_channels):
+                continue
+            if self.subs.get(sub.sub_id) is sub:
+                del self.subs[sub.sub_id]
+                self._reply(closed(sub.sub_id, REVOKED_CHANNELS))
+
+    async def going_away(self) -> None:
+        """The process is shutting down: flush, then close with 1001."""
+        if self.closing or self.outbox is None:
+            return
+        self.closing = True
+        await self.outbox.drained(timeout=shutdown.DRAIN_SECONDS / 2)
+        await self._close(CLOSE_GOING_AWAY, "going away: the relay instance is shutting down")

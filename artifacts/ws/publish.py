@@ -1,0 +1,230 @@
+"""Live fan-out, publishing side: every committed write is announced to its community's group.
+
+`artifacts.signals.events_committed` fires on the writer's thread after each commit that stored
+events. The receiver here turns the commit into ONE channel-layer message for the community's
+group (coarse groups; each relay process's hub matches filters locally), carrying:
+
+- `events`: the stored 45010 revisions and 45011 markers, with the fields matching needs
+  parsed once here instead of once per subscriber;
+- `access`: channels whose readability may have changed (member and channel events
+  9000-9008), or `"*"` for the whole community; hubs re-check subscribers at once;
+- `seq`: the group's next sequence number (Redis INCR, shared by every instance), so a hub that
+  misses a message notices the gap and tells its subscribers to run an HTTP round;
+- `lost`: set when an earlier publish of this process to the group failed before it had a
+  sequence number (Redis down): a loss no gap could show.
+
+Publishing never raises into the writer: the write is committed whatever happens here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import threading
+from collections.abc import Collection
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from artifacts.ws.filters import KIND_ARTIFACT, KIND_REMOVAL_MARKER
+from nostr.events import first_tag
+
+__all__ = [
+    "ACCESS_KINDS",
+    "EVERY_CHANNEL",
+    "announce_access_change",
+    "commit_message",
+    "community_group",
+    "current_sequence",
+    "next_sequence",
+    "on_events_committed",
+]
+
+logger = logging.getLogger(__name__)
+
+# Member and channel events: each may change who can read its channel.
+ACCESS_KINDS = frozenset(range(9000, 9009))
+EVERY_CHANNEL = "*"
+MESSAGE_TYPE = "sync.commit"  # dispatched by the hub, never by a consumer
+
+# Seconds a publish may take before the writer's thread gives up on it (Redis unreachable).
+PUBLISH_TIMEOUT = 1.0
+
+_local_sequences: dict[str, int] = {}
+_local_lock = threading.Lock()
+_lost_groups: set[str] = set()
+
+
+def _namespace() -> str:
+    """Distinguishes deployments sharing one Redis server.
+
+    Redis pub/sub ignores the database number, so two deployments on one server (or two test
+    runs) would hear each other's groups. Everything in the digest is identical on every
+    instance of one deployment.
+    """
+    db = settings.DATABASES.get("default", {})
+    material = "|".join(
+        str(part)
+        for part in (
+            settings.RELAY_PUBKEY,
+            db.get("NAME"),
+            db.get("HOST"),
+            db.get("PORT"),
+            settings.CONFIG.redis_url,
+        )
+    )
+    return hashlib.sha256(material.encode()).hexdigest()[:12]
+
+
+def community_group(community_id: int) -> str:
+    return f"buzzsync.{_namespace()}.c{community_id}"
+
+
+def _redis() -> Any | None:
+    if not settings.CONFIG.redis_url:
+        return None
+    from django_redis import get_redis_connection
+
+    return get_redis_connection("default")
+
+
+def next_sequence(group: str) -> int:
+    """The group's next sequence number: Redis INCR (fleet-wide) or a process counter."""
+    client = _redis()
+    if client is not None:
+        return int(client.incr(f"{group}:seq"))
+    with _local_lock:
+        _local_sequences[group] = _local_sequences.get(group, 0) + 1
+        return _local_sequences[group]
+
+
+def current_sequence(group: str) -> int:
+    """The last sequence number handed out for `group` (0 before the first)."""
+    client = _redis()
+    if client is not None:
+        value = client.get(f"{group}:seq")
+        return int(value) if value is not None else 0
+    with _local_lock:
+        return _local_sequences.get(group, 0)
+
+
+def _event_entry(item: dict[str, Any], types: dict[str, str]) -> dict[str, Any] | None:
+    event = item["event"]
+    artifact_id = first_tag(event, "d")
+    channel_id = item.get("channel_id") or first_tag(event, "h")
+    if artifact_id is None or channel_id is None:
+        return None
+    return {
+        "id": event["id"],
+        "pubkey": event["pubkey"],
+        "kind": item["kind"],
+        "created_at": event["created_at"],
+        "h": channel_id,
+        "d": artifact_id,
+        "type": types.get(artifact_id),
+        "raw": item["raw"],
+    }
+
+
+def commit_message(
+    community_id: int, events: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The live entries and the access changes of one committed transaction's events."""
+    # A marker carries no type; its artifact's type (immutable) is on the move revision the
+    # same transaction stored, else on the artifact's head.
+    types: dict[str, str] = {}
+    for item in events:
+        if item["kind"] == KIND_ARTIFACT:
+            d, artifact_type = first_tag(item["event"], "d"), first_tag(item["event"], "type")
+            if d is not None and artifact_type is not None:
+                types[d] = artifact_type
+    live: list[dict[str, Any]] = []
+    access: list[str] = []
+    for item in events:
+        kind = item["kind"]
+        if kind in (KIND_ARTIFACT, KIND_REMOVAL_MARKER):
+            if kind == KIND_REMOVAL_MARKER:
+                _fill_marker_type(community_id, item, types)
+            entry = _event_entry(item, types)
+            if entry is not None:
+                live.append(entry)
+        elif kind in ACCESS_KINDS:
+            channel_id = item.get("channel_id") or first_tag(item["event"], "h")
+            access.append(channel_id or EVERY_CHANNEL)
+    return live, access
+
+
+def _fill_marker_type(community_id: int, item: dict[str, Any], types: dict[str, str]) -> None:
+    d = first_tag(item["event"], "d")
+    if d is None or d in types:
+        return
+    from artifacts.models import ArtifactHead
+
+    found = (
+        ArtifactHead.objects.filter(community_id=community_id, artifact_id=d)
+        .values_list("artifact_type", flat=True)
+        .first()
+    )
+    if found is not None:
+        types[d] = found
+
+
+def on_events_committed(
+    sender: object, *, community_id: int, events: list[dict[str, Any]], **kwargs: Any
+) -> None:
+    """Receiver of `events_committed` (connected in artifacts.apps)."""
+    try:
+        live, access = commit_message(community_id, events)
+    except Exception:  # a receiver must not raise into the writer
+        logger.exception("cannot build the live message of a commit")
+        _lost_groups.add(community_group(community_id))
+        return
+    if live or access:
+        _publish(community_id, live, access)
+
+
+def announce_access_change(*, community_id: int, channel_ids: Collection[str] | None) -> None:
+    """Tell every instance's subscribers to re-check access now (call after the commit).
+
+    For changes that store no event (operators' actions): `channel_ids` names the channels
+    whose readability may have changed, `None` the whole community (policy changes).
+    """
+    access = [EVERY_CHANNEL] if channel_ids is None else [str(c) for c in channel_ids]
+    _publish(community_id, [], access)
+
+
+def _publish(community_id: int, live: list[dict[str, Any]], access: list[str]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    group = community_group(community_id)
+    try:
+        seq = next_sequence(group)
+    except Exception as exc:
+        # Without a sequence number the hubs cannot see this loss: flag the group so the next
+        # message that gets through tells them.
+        logger.warning("live fan-out: no sequence number for %s (%s)", group, exc)
+        _lost_groups.add(group)
+        return
+    message = {
+        "type": MESSAGE_TYPE,
+        "c": community_id,
+        "seq": seq,
+        "lost": group in _lost_groups,
+        "events": live,
+        "access": access,
+    }
+    try:
+        async_to_sync(_send)(layer, group, message)
+    except Exception as exc:
+        # The sequence number was taken: hubs will see the gap.
+        logger.warning("live fan-out: publish to %s failed (%s)", group, exc)
+        return
+    _lost_groups.discard(group)
+
+
+async def _send(layer: Any, group: str, message: dict[str, Any]) -> None:
+    await asyncio.wait_for(layer.group_send(group, message), PUBLISH_TIMEOUT)

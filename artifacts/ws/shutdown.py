@@ -1,0 +1,92 @@
+"""Draining WebSocket connections when the serving process is told to stop.
+
+uvicorn answers SIGTERM/SIGINT by closing every socket with 1012 at once. The relay first gives
+each connection a moment to flush what it queued and closes it with 1001 ("going away"), so a
+client knows the instance is leaving and reconnects elsewhere; then uvicorn's own handler runs
+and shuts the server down as usual. uvicorn installs its handlers with `signal.signal` before
+it loads the application, so chaining them here, from the event loop's (main) thread, the first
+time a connection opens, keeps its behaviour (including a second signal forcing the exit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+import weakref
+from collections.abc import Awaitable
+from types import FrameType
+from typing import Any, Protocol
+
+__all__ = ["DRAIN_SECONDS", "Drainable", "register", "unregister"]
+
+logger = logging.getLogger(__name__)
+
+DRAIN_SECONDS = 2.0
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Drainable(Protocol):
+    def going_away(self) -> Awaitable[None]: ...
+
+
+_connections: weakref.WeakSet[Any] = weakref.WeakSet()
+_installed_for: asyncio.AbstractEventLoop | None = None
+_draining = False
+
+
+def register(connection: Drainable) -> None:
+    _connections.add(connection)
+    _install(asyncio.get_running_loop())
+
+
+def unregister(connection: Drainable) -> None:
+    _connections.discard(connection)
+
+
+def _install(loop: asyncio.AbstractEventLoop) -> None:
+    global _installed_for
+    if _installed_for is loop or threading.current_thread() is not threading.main_thread():
+        return
+    _installed_for = loop
+    for sig in _SIGNALS:
+        previous = signal.getsignal(sig)
+
+        def handler(
+            signum: int, frame: FrameType | None, previous: Any = previous
+        ) -> None:
+            _on_signal(loop, previous, signum, frame)
+
+        signal.signal(sig, handler)
+
+
+def _on_signal(
+    loop: asyncio.AbstractEventLoop, previous: Any, signum: int, frame: FrameType | None
+) -> None:
+    global _draining
+    if _draining or loop.is_closed() or not _connections:
+        _chain(previous, signum, frame)
+        return
+    _draining = True
+    loop.call_soon_threadsafe(
+        lambda: loop.create_task(_drain_then_chain(previous, signum, frame))
+    )
+
+
+async def _drain_then_chain(previous: Any, signum: int, frame: FrameType | None) -> None:
+    connections = list(_connections)
+    logger.info("closing %d WebSocket connection(s): going away", len(connections))
+    if connections:
+        await asyncio.wait(
+            [asyncio.ensure_future(c.going_away()) for c in connections], timeout=DRAIN_SECONDS
+        )
+    _chain(previous, signum, frame)
+
+
+def _chain(previous: Any, signum: int, frame: FrameType | None) -> None:
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)

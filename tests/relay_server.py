@@ -1,0 +1,153 @@
+"""A real relay server process for tests: uvicorn serving buzzrelay.asgi on a free loopback port.
+
+The options are those `buzz-admin serve` passes to uvicorn (WebSocket frames up to 131072 bytes,
+no lifespan, 10 s graceful shutdown); the CLI itself is left out so that these tests exercise
+the ASGI application, not the command line.
+
+It serves the pytest database (pytest-django's `test_<name>`), so tests that use it must run with
+`@pytest.mark.django_db(transaction=True)`: the server sees only committed data. Redis and the
+relay key are the suite's (REDIS_URL, RELAY_SIGNING_KEY), so writes made by the test process
+itself (through the services) reach the server's live subscribers over the channel layer.
+
+    relay = start_relay()                      # or start_relay({"RELAY_PUBLIC_URL": ...})
+    relay.url, relay.ws_url, relay.port
+    relay.stop()                               # SIGTERM, then SIGKILL after a timeout
+
+`relay_server` is a pytest fixture (module scope) for the common case of one server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from buzzrelay.embedded import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+HOST = "127.0.0.1"
+
+__all__ = ["RelayProcess", "relay_server", "server_env", "start_relay"]
+
+
+@dataclass
+class RelayProcess:
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    env: dict[str, str] = field(repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://{HOST}:{self.port}/"
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-6000:]
+        except OSError:
+            return ""
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"relay exited {self.process.returncode}:\n{self.log()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"relay did not answer /healthz:\n{self.log()}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int | None:
+        """Stop the server (SIGTERM by default); returns its exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        return self.process.returncode
+
+
+def server_env(overrides: Mapping[str, str | None] | None = None) -> dict[str, str]:
+    """The environment of a server on the pytest database (call after Django's test DB setup)."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    user = db.get("USER") or "postgres"
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    database_url = f"postgres://{user}{password}@{db.get('HOST') or HOST}{port}/{db['NAME']}"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DATABASE_", "REDIS_", "RELAY_", "DJANGO_", "PYTEST"))
+    }
+    env.update(
+        DATABASE_URL=database_url,
+        RELAY_SIGNING_KEY=os.environ["RELAY_SIGNING_KEY"],
+        PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
+    )
+    if os.environ.get("REDIS_URL"):
+        env["REDIS_URL"] = os.environ["REDIS_URL"]
+    for key, value in (overrides or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def start_relay(env_overrides: Mapping[str, str | None] | None = None) -> RelayProcess:
+    """Start a relay server on a free port and wait until it answers /healthz."""
+    port = free_port()
+    env = server_env(env_overrides)
+    log_path = Path(tempfile.mkstemp(prefix=f"relay-{port}-", suffix=".log")[1])
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable, "-m", "uvicorn", "buzzrelay.asgi:application",
+                "--host", HOST, "--port", str(port), "--lifespan", "off",
+                "--ws-max-size", "131072", "--timeout-graceful-shutdown", "10",
+                "--log-level", "warning",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    relay = RelayProcess(process, port, log_path, env)
+    try:
+        relay.wait_healthy()
+    except BaseException:
+        relay.stop(signal.SIGKILL)
+        raise
+    return relay
+
+
+@pytest.fixture(scope="module")
+def relay_server(django_db_setup: None, django_db_blocker: object) -> Iterator[RelayProcess]:
+    """One relay server for a test module (on the pytest database)."""
+    relay = start_relay()
+    try:
+        yield relay
+    finally:
+        relay.stop()
+        with contextlib.suppress(OSError):
+            relay.log_path.unlink()
