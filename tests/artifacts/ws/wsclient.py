@@ -34,7 +34,9 @@ class NostrWs:
     # frames --------------------------------------------------------------------------------
 
     def send(self, message: Any) -> None:
-        self.ws.send(message if isinstance(message, str | bytes) else orjson.dumps(message).decode())
+        if not isinstance(message, str | bytes):
+            message = orjson.dumps(message).decode()
+        self.ws.send(message)
 
     def recv(self, timeout: float = DEFAULT_TIMEOUT) -> list[Any]:
         frame = self.ws.recv(timeout=timeout)
@@ -44,7 +46,7 @@ class NostrWs:
     def recv_until(self, predicate: Any, timeout: float = DEFAULT_TIMEOUT) -> list[list[Any]]:
         """Frames up to and including the first one `predicate` accepts."""
         deadline = time.monotonic() + timeout
-        frames = []
+        frames: list[list[Any]] = []
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -56,7 +58,7 @@ class NostrWs:
 
     def expect_quiet(self, seconds: float) -> list[list[Any]]:
         """Every frame received within `seconds` (expected: none)."""
-        frames = []
+        frames: list[list[Any]] = []
         deadline = time.monotonic() + seconds
         while (remaining := deadline - time.monotonic()) > 0:
             try:
@@ -80,7 +82,9 @@ class NostrWs:
 
     # NIP-42 / NIP-01 -----------------------------------------------------------------------
 
-    def auth(self, key: Key, *, relay_url: str | None = None, challenge: str | None = None) -> list[Any]:
+    def auth(
+        self, key: Key, *, relay_url: str | None = None, challenge: str | None = None
+    ) -> list[Any]:
         event = make_auth_event(
             key.secret, challenge=challenge or self.challenge, relay_url=relay_url or self.url
         )
