@@ -1,0 +1,195 @@
+"""The quickstart (README command 1, `bin/quickstart`): a working relay on this machine.
+
+With DATABASE_URL unset it runs an embedded PostgreSQL with its data in `.data/postgres` (or
+`$BUZZ_DATA_DIR/postgres`) and keeps a generated relay key in `.data/relay.key`, stable across
+restarts; with REDIS_URL unset the settings use an in-process cache and channel layer. It applies
+the migrations and builds the indexes (`buzz-admin migrate --build-indexes`), creates a demo
+community for each host it serves and a staff user for the Django admin, prints the URL, the
+relay pubkey and the staff login, then serves until Ctrl-C or SIGTERM, and stops the embedded
+PostgreSQL it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from buzzrelay.embedded import EmbeddedPostgres, ensure_postgres
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
+STAFF_USERNAME = "admin"
+
+
+class Stopped(Exception):
+    """SIGTERM arrived: unwind and stop cleanly, like Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise Stopped()
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("BUZZ_DATA_DIR") or ROOT / ".data").resolve()
+
+
+def _read_or_create_secret(path: Path, make: str) -> str:
+    """The secret kept in `path`, created (readable by the owner only) on the first start."""
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(make + "\n")
+    return make
+
+
+def ensure_relay_key(directory: Path) -> Path:
+    """`relay.key` in `directory`: a generated secp256k1 secret, the same at every restart."""
+    from nostr.schnorr import generate_secret
+
+    path = directory / "relay.key"
+    _read_or_create_secret(path, generate_secret())
+    os.chmod(path, 0o600)
+    return path
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bin/quickstart", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--host", action="append", metavar="NAME",
+        help="host name clients use; a demo community is created for each "
+        "(repeatable; default: 127.0.0.1 and localhost)",
+    )
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--listen", help="address to listen on (default: 127.0.0.1 when every host is local, "
+        "else 0.0.0.0)",
+    )
+    args = parser.parse_args(argv)
+    args.host = [host.lower() for host in (args.host or LOCAL_HOSTS)]
+    if args.listen is None:
+        args.listen = "127.0.0.1" if set(args.host) <= set(LOCAL_HOSTS) else "0.0.0.0"
+    return args
+
+
+def _prepare_environment(directory: Path) -> EmbeddedPostgres | None:
+    """Set DATABASE_URL and the relay key before Django reads its settings."""
+    server = None
+    if not os.environ.get("DATABASE_URL"):
+        print(f"Starting the embedded PostgreSQL ({directory / 'postgres'}) ...", flush=True)
+        server = ensure_postgres(directory / "postgres")
+        server.create_database("buzz")
+        os.environ["DATABASE_URL"] = server.url("buzz")
+    if not (os.environ.get("RELAY_SIGNING_KEY") or os.environ.get("RELAY_SIGNING_KEY_FILE")):
+        os.environ["RELAY_SIGNING_KEY_FILE"] = str(ensure_relay_key(directory))
+    return server
+
+
+def _demo_communities(hosts: list[str]) -> list[str]:
+    from artifacts.models import Community
+
+    created = []
+    for host in hosts:
+        _, was_created = Community.objects.get_or_create(
+            host=host, defaults={"name": f"Demo community ({host})"}
+        )
+        if was_created:
+            created.append(host)
+    return created
+
+
+def _staff_login(directory: Path) -> tuple[str, Path]:
+    """A superuser for the Django admin whose password is kept in `admin-password`."""
+    from django.contrib.auth import get_user_model
+
+    path = directory / "admin-password"
+    password = _read_or_create_secret(path, secrets.token_urlsafe(12))
+    user_model = get_user_model()
+    user = user_model.objects.filter(username=STAFF_USERNAME).first()
+    if user is None:
+        user_model.objects.create_superuser(STAFF_USERNAME, "", password)
+    elif not user.check_password(password):
+        user.set_password(password)
+        user.save(update_fields=["password"])
+    return password, path
+
+
+def _application() -> Any:
+    """The relay's ASGI application, plus the Django admin's static files: the quickstart runs
+    without DEBUG and without a web server in front, and the staff login should look right."""
+    from channels.routing import ProtocolTypeRouter
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+    from buzzrelay import asgi
+
+    return ProtocolTypeRouter({
+        "http": ASGIStaticFilesHandler(asgi.django_application),
+        "websocket": asgi.websocket_application,
+    })
+
+
+def _serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    uvicorn.run(
+        _application(),
+        host=args.listen,
+        port=args.port,
+        lifespan="off",
+        log_level="warning",
+        ws_max_size=131072,
+        timeout_graceful_shutdown=5,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    directory = data_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    server: EmbeddedPostgres | None = None
+    try:
+        server = _prepare_environment(directory)
+        from buzzrelay.admin_commands._migrations import run_migrate
+        from buzzrelay.cli import setup_django
+
+        setup_django(None)
+        status = run_migrate(with_index_builds=True)
+        if status != 0:
+            sys.stderr.write(f"quickstart: migrations failed (exit {status})\n")
+            return status
+        from django.conf import settings
+
+        _demo_communities(args.host)
+        password, password_file = _staff_login(directory)
+        urls = [f"http://{host}:{args.port}/" for host in args.host]
+        print(
+            "\nBuzz relay is starting.\n"
+            f"  URL:          {'  '.join(urls)}\n"
+            f"  relay pubkey: {settings.RELAY_PUBKEY}\n"
+            f"  staff login:  {urls[0]}admin/  user {STAFF_USERNAME!r}, password {password!r} "
+            f"(kept in {password_file})\n"
+            f"  database:     {'embedded, ' + str(server.data_dir) if server else 'DATABASE_URL'}\n"
+            "Ctrl-C stops it.",
+            flush=True,
+        )
+        _serve(args)
+    except (KeyboardInterrupt, Stopped):
+        pass
+    finally:
+        if server is not None:
+            print("Stopping the embedded PostgreSQL ...", flush=True)
+            server.stop()
+    print("Stopped.", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
