@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,7 @@ def _chown_for_postgres(path: Path) -> None:
 
 @dataclass
 class Relay:
-    """One `buzz-admin serve` process."""
+    """One relay process (the production ASGI server, as `buzz-admin serve` runs it)."""
 
     process: subprocess.Popen[bytes]
     port: int
@@ -137,15 +137,25 @@ class Deployment:
                 env[key] = value
         return env
 
-    def start_relay(self, *, port: int | None = None, **env: str | None) -> Relay:
+    def start_relay(
+        self, *, port: int | None = None, env: Mapping[str, str | None] | None = None,
+        python: str = sys.executable, root: Path = ROOT,
+    ) -> Relay:
+        """A `buzz-admin serve` on `port`; `env` overrides the deployment's variables, `python`
+        and `root` run another checkout (an old version of the relay)."""
         port = port or free_port()
         log_path = self.root / f"relay-{port}-{len(self.relays)}.log"
-        relay_env = self.env(**env)
+        relay_env = self.env(**(env or {}))
+        if root != ROOT:
+            relay_env["PYTHONPATH"] = str(root)
         with log_path.open("ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "buzzrelay.cli", "serve", "--host", HOST, "--port",
-                 str(port)],
-                cwd=ROOT, env=relay_env, stdout=log, stderr=subprocess.STDOUT,
+                # What `buzz-admin serve` runs (buzzrelay/admin_commands/serve.py), started
+                # directly so a relay of any version starts the same way.
+                [python, "-m", "uvicorn", "buzzrelay.asgi:application", "--host", HOST,
+                 "--port", str(port), "--lifespan", "off", "--log-level", "warning",
+                 "--ws-max-size", "131072", "--timeout-graceful-shutdown", "10"],
+                cwd=root, env=relay_env, stdout=log, stderr=subprocess.STDOUT,
             )
         relay = Relay(process, port, log_path, relay_env)
         self.relays.append(relay)
@@ -192,7 +202,7 @@ class Deployment:
     # --- SQL ---------------------------------------------------------------------------------
 
     def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
-        return psycopg.connect(self.database_url, autocommit=True, **kwargs)
+        return psycopg.connect(self.database_url, **{"autocommit": True, **kwargs})
 
     def sql(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
         with self.connect() as conn, conn.cursor() as cur:

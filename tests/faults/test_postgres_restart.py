@@ -3,18 +3,10 @@ restarting the relay (PROTOCOL.md sections 3 and 9)."""
 
 from __future__ import annotations
 
-import time
-
 import httpx
 
 from tests.faults.deployment import Deployment
-
-
-def _wait_for(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.2)
+from tests.faults.waits import wait_until
 
 
 def test_postgres_down_is_503_json_and_the_relay_recovers_by_itself(dep: Deployment) -> None:
@@ -31,6 +23,6 @@ def test_postgres_down_is_503_json_and_the_relay_recovers_by_itself(dep: Deploym
         assert httpx.get(f"{relay.url}/healthz").status_code == 200
     finally:
         dep.start_postgres()
-    _wait_for(lambda: httpx.get(f"{relay.url}/info", headers=nip11).status_code == 200)
+    wait_until(lambda: httpx.get(f"{relay.url}/info", headers=nip11).status_code == 200)
     assert httpx.get(f"{relay.url}/readyz").status_code == 200
     assert relay.process.poll() is None
