@@ -29,6 +29,8 @@ _LABELLED = re.compile(r"^(?P<label>[^=:/]+)=(?P<url>postgres(ql)?://.*)$")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Replace the single --database-url every subcommand has with a repeatable one.
     parser.conflict_handler = "resolve"
+    # argparse checks conflicts in the group the option lands in, which copied the handler.
+    parser._optionals.conflict_handler = "resolve"
     parser.add_argument(
         "--database-url",
         action="extend",
