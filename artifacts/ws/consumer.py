@@ -299,8 +299,9 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         sub = Subscription.create(sub_id, message.filters)
         hub = get_hub()
         try:
+            # The client asked now: decide on the database's present state, not the cache's.
             if sub.named_channels is not None and not await self._any_readable(
-                hub, sub.named_channels
+                hub, sub.named_channels, fresh=True
             ):
                 self._reply(closed(sub_id, RESTRICTED_CHANNELS))
                 return
@@ -356,11 +357,13 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                     rows.append(row)
         return rows
 
-    async def _any_readable(self, hub: SyncHub, channel_ids: frozenset[str]) -> bool:
-        policy = await hub.access.policy(self.community_id)
+    async def _any_readable(
+        self, hub: SyncHub, channel_ids: frozenset[str], *, fresh: bool = False
+    ) -> bool:
+        policy = await hub.access.policy(self.community_id, fresh=fresh)
         if not policy.artifacts_enabled or not channel_ids:
             return False
-        states = await hub.access.channels(self.community_id, channel_ids)
+        states = await hub.access.channels(self.community_id, channel_ids, fresh=fresh)
         return any(state.readable_by_any(self.pubkeys) for state in states.values())
 
     # Called by the hub ---------------------------------------------------------------------

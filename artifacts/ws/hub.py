@@ -92,10 +92,10 @@ class AccessCache:
         self.invalidate(community_id, None)
         self._generation.pop(community_id, None)
 
-    async def policy(self, community_id: int) -> CommunityPolicy:
+    async def policy(self, community_id: int, *, fresh: bool = False) -> CommunityPolicy:
         now = time.monotonic()
         cached = self._policies.get(community_id)
-        if cached is not None and cached[0] > now:
+        if not fresh and cached is not None and cached[0] > now:
             return cached[1]
         generation = self._generation.get(community_id, 0)
         policy = await run_db(community_policy, community_id=community_id)
@@ -104,14 +104,15 @@ class AccessCache:
         return policy
 
     async def channels(
-        self, community_id: int, channel_ids: Iterable[str]
+        self, community_id: int, channel_ids: Iterable[str], *, fresh: bool = False
     ) -> dict[str, ChannelState]:
+        """States of `channel_ids`; `fresh` reads them all from the database (and keeps them)."""
         now = time.monotonic()
         found: dict[str, ChannelState] = {}
         missing: list[str] = []
         for channel_id in channel_ids:
             cached = self._channels.get((community_id, channel_id))
-            if cached is not None and cached[0] > now:
+            if not fresh and cached is not None and cached[0] > now:
                 found[channel_id] = cached[1]
             else:
                 missing.append(channel_id)
