@@ -121,7 +121,7 @@ def test_channel_turned_private_closes_non_members(relay_server: RelayProcess) -
     community = make_community()
     alice, bob = make_key(), make_key()
     h = make_channel(community, owner=alice)
-    d, head = create_artifact(community, alice, h)
+    _, head = create_artifact(community, alice, h)
 
     ws = NostrWs(relay_server.port)
     ws.auth(bob)

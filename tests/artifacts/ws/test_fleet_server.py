@@ -28,9 +28,8 @@ def test_write_accepted_by_one_instance_reaches_a_subscriber_of_the_other(
         writer = NostrWs(relay_server.port)
         writer.auth(alice)
         for title in ("first", "second", "third"):
-            event = signed_event(
-                alice, 45010, artifact_tags(op="create", d=str(uuid.uuid4()), h=h, title=title), "{}"
-            )
+            tags = artifact_tags(op="create", d=str(uuid.uuid4()), h=h, title=title)
+            event = signed_event(alice, 45010, tags, "{}")
             ok = writer.publish(event)
             assert ok == ["OK", event["id"], True, ""]
             assert subscriber.next_event("s")["id"] == event["id"]

@@ -10,6 +10,7 @@ import orjson
 import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
+from websockets.typing import Origin
 
 from tests.artifacts.ws.wsclient import NostrWs
 from tests.factories import artifact_tags, make_channel, make_community, make_key, signed_event
@@ -188,16 +189,15 @@ def test_unknown_host_and_other_paths_are_refused(relay_server: RelayProcess) ->
     make_community()
     for host, path in (("unknown.example", "/"), ("team.example", "/other")):
         sock = socket.create_connection(("127.0.0.1", relay_server.port))
-        with pytest.raises(InvalidStatus) as refused:
-            with connect(f"ws://{host}:{relay_server.port}{path}", sock=sock):
-                pass
+        url = f"ws://{host}:{relay_server.port}{path}"
+        with pytest.raises(InvalidStatus) as refused, connect(url, sock=sock):
+            pass
         assert refused.value.response.status_code == 403
 
 
 def test_any_origin_is_accepted(relay_server: RelayProcess) -> None:
     make_community()
     sock = socket.create_connection(("127.0.0.1", relay_server.port))
-    with connect(
-        f"ws://team.example:{relay_server.port}/", sock=sock, origin="https://anything.example"
-    ) as ws:
+    origin = Origin("https://anything.example")
+    with connect(f"ws://team.example:{relay_server.port}/", sock=sock, origin=origin) as ws:
         assert orjson.loads(ws.recv(timeout=5))[0] == "AUTH"
