@@ -274,7 +274,9 @@ def _race(
         holder.execute("SELECT pg_advisory_unlock(%s)", [key_holder])
         for thread in threads:
             thread.join(30)
-    return [r for r in results if r is not None]
+    finished = [r for r in results if r is not None]
+    assert len(finished) == len(events), "a writer thread failed"
+    return finished
 
 
 @pytest.mark.django_db(transaction=True)
