@@ -47,6 +47,10 @@ def database_identity(cursor: CursorWrapper | None = None, *, alias: str = "defa
     return identity
 
 
+# The epoch as an SQL expression, for callers that read it within a larger first statement.
+EPOCH_SQL = "coalesce((SELECT epoch FROM sync_state WHERE id = 1), 0)"
+
+
 def current_sync_state(
     cursor: CursorWrapper | None = None, *, alias: str = "default"
 ) -> tuple[int, str]:
@@ -56,7 +60,7 @@ def current_sync_state(
     A database without the row (it was deleted, or a test flush emptied the table) is epoch 0;
     `bump_epoch` recreates it at 1 or more, so tokens issued meanwhile reset after a bump too.
     """
-    sql = "SELECT coalesce((SELECT epoch FROM sync_state WHERE id = 1), 0)"
+    sql = f"SELECT {EPOCH_SQL}"
     if cursor is None:
         with connections[alias].cursor() as own:
             own.execute(sql)

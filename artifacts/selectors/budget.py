@@ -32,7 +32,9 @@ def read_transaction(
         raise RuntimeError("reads run in a transaction of their own")
     isolation = "REPEATABLE READ" if repeatable_read else "READ COMMITTED"
     with transaction.atomic(using=alias), connection.cursor() as cursor:
-        # Neither statement takes a snapshot: the caller's first query does.
-        cursor.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}, READ ONLY")
-        cursor.execute(f"SET LOCAL statement_timeout = {int(statement_timeout_ms)}")
+        # Neither statement takes a snapshot: the caller's first query does. One round trip.
+        cursor.execute(
+            f"SET TRANSACTION ISOLATION LEVEL {isolation}, READ ONLY;"
+            f" SET LOCAL statement_timeout = {int(statement_timeout_ms)}"
+        )
         yield cursor

@@ -82,7 +82,3 @@ def plain_query(*, community_id: int, reader: str, query: QueryFilter) -> list[s
         cursor.execute(sql, params)
         return [row[0] for row in cursor.fetchall()]
 
-
-def render_plain(raws: list[str]) -> bytes:
-    """The JSON array of stored events, built without parsing them again."""
-    return b"[" + b",".join(raw.encode() for raw in raws) + b"]"

@@ -5,13 +5,9 @@ Artifact `d` is readable by P when: the community has artifacts enabled and allo
 head is not a delete; the head event is not redacted. The fragments below are composed into the
 plain reads, the rounds and the view; they expect the parameters `%(community)s` (community id)
 and `%(reader)s` (P's pubkey), and the community row joined as `co`.
-
-Filters only ever narrow: `filter_sql` adds the `#h` and `#type` predicates of a filter.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 
 def channel_readable(channel: str) -> str:
@@ -47,25 +43,6 @@ def head_readable(head: str, event: str) -> str:
 def in_values(expression: str, param: str, *, uuid: bool = False) -> str:
     cast = "::uuid[]" if uuid else "::text[]"
     return f"{expression} = ANY(%({param})s{cast})"
-
-
-def filter_sql(
-    *,
-    channel: str,
-    artifact_type: str,
-    channels: tuple[str, ...] | None,
-    types: tuple[str, ...] | None,
-    params: dict[str, Any],
-) -> str:
-    """`#h` and `#type` predicates (empty when the filter does not constrain them)."""
-    clauses = []
-    if channels is not None:
-        params["filter_h"] = list(channels)
-        clauses.append(in_values(channel, "filter_h", uuid=True))
-    if types is not None:
-        params["filter_type"] = list(types)
-        clauses.append(in_values(artifact_type, "filter_type"))
-    return "".join(f" AND {clause}" for clause in clauses)
 
 
 def readable_channels(filter_channels_param: str | None = None) -> str:

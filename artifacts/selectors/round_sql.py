@@ -1,6 +1,6 @@
-"""The statements a round's pages run, one pair per phase.
+"""The statement a round's page runs for each window of a phase's candidate stream.
 
-Each phase walks one ordered stream of candidates in bounded steps:
+Each phase walks one ordered stream of candidates in bounded windows:
 
 - FULL: heads with `modified_at < T`, on `artifact_heads_modified` in (modified_at, artifact_id)
   order; only readable heads matching the filter come out (as events).
@@ -10,36 +10,27 @@ Each phase walks one ordered stream of candidates in bounded steps:
   head is itself in [W - overlap, T) were classified by the HEADS phase with the same state (any
   later change carries a stamp >= T), so they are left out.
 
-The *hits* statement scans at most `budget` stream rows (inner LIMIT), classifies them by the
-snapshot of the page and returns the first `want` that name something, lazily: PostgreSQL stops
-the scan once `want` rows came out. For HEADS and MOVES a candidate comes out as an event when it
-is readable and matches the filter, otherwise as a removal, **but only if** its current home or
-the source of one of its moves stamped at or after W - overlap is a channel P can read now within
+One statement per window: the window (at most %(window)s stream rows from the cursor) is
+materialized, classified by the page's snapshot, and the first %(want)s rows that name something
+come back in stream order, followed by one trailer row: how many stream rows the window held and
+the position of its last one. For HEADS and MOVES a candidate comes out as an event when it is
+readable and matches the filter, otherwise as a removal, **but only if** its current home or the
+source of one of its moves stamped at or after W - overlap is a channel P can read now within
 the filter's `#h` (the removal rule): nothing else is ever named to P. Candidates whose type the
 filter or the policy excludes are skipped: the reader's view (constant between resets) never let
 them into its collection.
 
-The *boundary* statement (index-only) says how far the scan got and whether the stream ended,
-for pages that come out short.
+Result columns: kind (0 hit, 1 trailer), position time, position key (native, for ordering),
+position key (text), artifact id, stored event JSON (events only), removal reason (removals only),
+window row count (trailer only).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cache
 
-from artifacts.selectors.readability import channel_readable, head_readable, policy_allows
+from artifacts.selectors.readability import channel_readable
 from artifacts.tokens import Phase
-
-
-@dataclass(frozen=True, slots=True)
-class PhaseSql:
-    hits: str
-    boundary: str
-
-
-def _narrow(column: str, param: str | None, cast: str) -> str:
-    return f" AND {column} = ANY(%({param})s::{cast}[])" if param else ""
-
 
 # Position columns of each stream, in index order.
 _POSITION = {
@@ -49,100 +40,93 @@ _POSITION = {
 }
 
 
-def _stream(phase: Phase, *, with_cursor: bool, columns: str) -> str:
-    """The phase's stream as a subquery scanning at most %(budget)s rows from the cursor."""
+def _narrow(column: str, param: str | None, cast: str) -> str:
+    return f" AND {column} = ANY(%({param})s::{cast}[])" if param else ""
+
+
+def _window(phase: Phase, *, with_cursor: bool) -> str:
+    """At most %(window)s rows of the phase's stream after the cursor, in stream order."""
     at, key = _POSITION[phase]
     if phase is Phase.MOVES:
-        table = "artifact_revisions r"
-        alias = "r"
+        columns = "r.modified_at, r.event_id, r.artifact_id"
+        table = "artifact_revisions"
         where = "r.source_channel_id IS NOT NULL AND r.modified_at >= %(low)s"
         key_param = "%(cursor_key)s"
     else:
-        table = "artifact_heads r"
-        alias = "r"
+        columns = (
+            "r.modified_at, r.artifact_id, r.event_id, r.channel_id, r.artifact_type, r.deleted"
+        )
+        table = "artifact_heads"
         where = "r.modified_at >= %(low)s" if phase is Phase.HEADS else "TRUE"
         key_param = "%(cursor_key)s::uuid"
-    cursor = (
-        f" AND ({alias}.{at}, {alias}.{key}) > (%(cursor_at)s, {key_param})" if with_cursor else ""
-    )
-    return f"""SELECT {columns}
-              FROM {table}
-             WHERE {alias}.community_id = %(community)s AND {alias}.modified_at < %(round_t)s
+    cursor = f" AND (r.{at}, r.{key}) > (%(cursor_at)s, {key_param})" if with_cursor else ""
+    return f"""SELECT {columns} FROM {table} r
+             WHERE r.community_id = %(community)s AND r.modified_at < %(round_t)s
                AND {where}{cursor}
-             ORDER BY {alias}.{at}, {alias}.{key} LIMIT %(budget)s"""
+             ORDER BY r.{at}, r.{key} LIMIT %(window)s"""
 
 
-def phase_sql(phase: Phase, *, with_cursor: bool, has_channels: bool, has_types: bool) -> PhaseSql:
-    """The hits and boundary statements of `phase`. Parameters: community, reader, round_t,
-    low (W - overlap), budget, want, cursor_at/cursor_key (with a cursor), filter_h/filter_type
-    (when the filter has them)."""
+@cache
+def window_sql(phase: Phase, *, with_cursor: bool, has_channels: bool, has_types: bool) -> str:
+    """The statement for one window of `phase`. Parameters: community, reader, round_t, low
+    (W - overlap), window, want, cursor_at/cursor_key (with a cursor), filter_h (the filter's
+    `#h`, when it has one) and types (the types both the policy and the filter allow, when
+    either restricts them; the page read the policy in its snapshot and skips the walk
+    altogether when artifacts are disabled)."""
     channels_param = "filter_h" if has_channels else None
-    types_param = "filter_type" if has_types else None
     at, key = _POSITION[phase]
-    order = f"s.{at}, s.{key}"
     if phase is Phase.MOVES:
-        stream = _stream(
-            phase, with_cursor=with_cursor, columns="r.modified_at, r.event_id, r.artifact_id"
-        )
         head_join = (
             "JOIN artifact_heads h"
             " ON h.community_id = %(community)s AND h.artifact_id = s.artifact_id"
         )
-        head, key_text = "h", "s.event_id"
+        skip_own_heads = " AND NOT (h.modified_at >= %(low)s AND h.modified_at < %(round_t)s)"
+        head = "h"
     else:
-        stream = _stream(
-            phase,
-            with_cursor=with_cursor,
-            columns="r.modified_at, r.artifact_id, r.event_id, r.channel_id, r.artifact_type, "
-            "r.deleted",
-        )
-        head_join, head, key_text = "", "s", "s.artifact_id::text"
-    common_from = f"""
-          FROM ({stream}) s
-          {head_join}
-          JOIN communities co ON co.id = %(community)s
-          LEFT JOIN events e ON e.community_id = %(community)s AND e.event_id = {head}.event_id"""
-    home_in_filter = _narrow(f"{head}.channel_id", channels_param, "uuid")
-    type_in_filter = _narrow(f"{head}.artifact_type", types_param, "text")
-
+        head_join, skip_own_heads, head = "", "", "s"
+    # Each candidate's flags, computed once (MATERIALIZED: the planner must not copy the
+    # readability test into every expression that uses it).
+    candidates = f"""
+        SELECT s.{at} AS at, s.{key} AS pos, s.{key}::text AS key, {head}.artifact_id,
+               {head}.event_id,
+               {head}.deleted,
+               {channel_readable(f"{head}.channel_id")}
+               {_narrow(f"{head}.channel_id", channels_param, "uuid")} AS home_ok
+          FROM s {head_join}
+         WHERE TRUE{_narrow(f"{head}.artifact_type", "types" if has_types else None, "text")}
+               {skip_own_heads}"""
     if phase is Phase.FULL:
-        hits = f"""
-        SELECT s.modified_at, {key_text}, s.artifact_id::text, e.raw, NULL::text
-          {common_from}
-         WHERE {head_readable(head, "e")}{home_in_filter}{type_in_filter}
-         ORDER BY {order}
-         LIMIT %(want)s"""
+        hits = """
+        SELECT c.at, c.pos, c.key, c.artifact_id, e.raw, NULL::text AS reason
+          FROM c JOIN events e ON e.community_id = %(community)s AND e.event_id = c.event_id
+         WHERE c.home_ok AND NOT c.deleted AND e.deleted_at IS NULL
+         ORDER BY c.at, c.pos LIMIT %(want)s"""
     else:
         moved_from_readable = f"""EXISTS (
             SELECT 1 FROM artifact_revisions mv
-             WHERE mv.community_id = %(community)s AND mv.artifact_id = {head}.artifact_id
+             WHERE mv.community_id = %(community)s AND mv.artifact_id = c.artifact_id
                AND mv.source_channel_id IS NOT NULL AND mv.modified_at >= %(low)s
                {_narrow("mv.source_channel_id", channels_param, "uuid")}
                AND {channel_readable("mv.source_channel_id")})"""
-        skip_own_heads = (
-            f" AND NOT ({head}.modified_at >= %(low)s AND {head}.modified_at < %(round_t)s)"
-            if phase is Phase.MOVES
-            else ""
-        )
         hits = f"""
-        SELECT s.modified_at, {key_text}, {head}.artifact_id::text,
-               CASE WHEN k.home_ok AND NOT {head}.deleted AND e.deleted_at IS NULL
-                    THEN e.raw END,
-               CASE WHEN NOT k.home_ok THEN 'moved'
-                    WHEN {head}.deleted THEN 'deleted'
+        SELECT c.at, c.pos, c.key, c.artifact_id,
+               CASE WHEN c.home_ok AND NOT c.deleted AND e.deleted_at IS NULL
+                    THEN e.raw END AS raw,
+               CASE WHEN NOT c.home_ok THEN 'moved'
+                    WHEN c.deleted THEN 'deleted'
                     WHEN e.deleted_at IS NOT NULL THEN 'redacted'
-                    ELSE 'access' END
-          {common_from}
-          CROSS JOIN LATERAL (
-                SELECT {channel_readable(f"{head}.channel_id")}{home_in_filter} AS home_ok) k
-         WHERE {policy_allows(f"{head}.artifact_type")}{type_in_filter}{skip_own_heads}
-           AND (k.home_ok OR {moved_from_readable})
-         ORDER BY {order}
-         LIMIT %(want)s"""
-
-    positions = _stream(phase, with_cursor=with_cursor, columns=f"r.{at}, r.{key}")
-    boundary = f"""
-        WITH s AS MATERIALIZED ({positions})
-        SELECT (SELECT count(*) FROM s), s.{at}, s.{key}::text
-          FROM s ORDER BY s.{at} DESC, s.{key} DESC LIMIT 1"""
-    return PhaseSql(hits=hits, boundary=boundary)
+                    ELSE 'access' END AS reason
+          FROM c LEFT JOIN events e
+            ON e.community_id = %(community)s AND e.event_id = c.event_id
+         WHERE c.home_ok OR {moved_from_readable}
+         ORDER BY c.at, c.pos LIMIT %(want)s"""
+    return f"""
+        WITH s AS MATERIALIZED ({_window(phase, with_cursor=with_cursor)}),
+             c AS MATERIALIZED ({candidates}),
+             hits AS ({hits})
+        SELECT 0 AS kind, at, pos, key, artifact_id::text, raw, reason, NULL::bigint FROM hits
+        UNION ALL
+        SELECT 1, at, pos, key, NULL, NULL, NULL, n FROM (
+            SELECT s.{at} AS at, s.{key} AS pos, s.{key}::text AS key, count(*) OVER () AS n
+              FROM s ORDER BY s.{at} DESC, s.{key} DESC LIMIT 1) last
+        ORDER BY kind, at, pos"""

@@ -31,8 +31,14 @@ from django.db.backends.utils import CursorWrapper
 from artifacts.selectors.budget import read_transaction
 from artifacts.selectors.fence import CACHE_SECONDS, read_fence
 from artifacts.selectors.filters import QueryFilter
-from artifacts.selectors.round_sql import phase_sql
-from artifacts.selectors.view import compute_view_digest, probe_view, view_unchanged
+from artifacts.selectors.round_sql import window_sql
+from artifacts.selectors.view import (
+    PROBE_COLUMNS,
+    PROBE_FROM,
+    compute_view_digest,
+    probe_from_row,
+    view_unchanged,
+)
 from artifacts.tokens import (
     Phase,
     ProgressToken,
@@ -42,7 +48,7 @@ from artifacts.tokens import (
     encode_progress,
     token_binding,
 )
-from relayinfo.sync_epoch import current_sync_state
+from relayinfo.sync_epoch import EPOCH_SQL, database_identity
 
 # Candidate rows one page may examine, across its phases: the bounded work of a page.
 SCAN_BUDGET = 4000
@@ -62,7 +68,9 @@ class Page:
     reset: bool
     # Why the page reset (None when it did not): start, retired, epoch, expired, not_ready, view.
     reset_reason: str | None = None
-    scanned: int = field(default=0)
+    # How far the round's T lags the page's now() (open transactions hold it back).
+    fence_lag: timedelta = timedelta(0)
+    scanned: int = 0
 
 
 @dataclass(slots=True)
@@ -91,11 +99,32 @@ class _Walk:
         self.cursor_at, self.cursor_key = _ORIGIN, None
 
 
+@dataclass(frozen=True, slots=True)
+class RoundRequest:
+    """An incremental request whose token was decoded (before any rate limit or budget)."""
+
+    community_id: int
+    reader: str
+    query: QueryFilter
+    binding: bytes
+    decoded: ProgressToken | RetiredToken | None
+
+
+def prepare_round(*, community_id: int, reader: str, query: QueryFilter) -> RoundRequest:
+    """Decode the request's token; raises `InvalidProgress` (a 400 about the request's shape)
+    for a token that is not this reader's, community's and filter's."""
+    binding = token_binding(
+        community_id=community_id, reader=reader, filter_digest=query.canonical_digest()
+    )
+    decoded = (
+        None if query.progress is None else decode_progress(query.progress, binding=binding)
+    )
+    return RoundRequest(community_id, reader, query, binding, decoded)
+
+
 def read_page(
+    request: RoundRequest,
     *,
-    community_id: int,
-    reader: str,
-    query: QueryFilter,
     ready: bool,
     overlap: timedelta | None = None,
     token_max_age: timedelta | None = None,
@@ -103,33 +132,31 @@ def read_page(
     before_snapshot: Callable[[], None] | None = None,
     alias: str = "default",
 ) -> Page:
-    """Serve one page of an incremental read for `reader` in community `community_id`.
+    """Serve one page of an incremental read.
 
     `ready`: the deployment's readiness verdict (relayinfo.readiness); when False every round
     is a full round. `before_snapshot` runs between the fence read and the page's snapshot
-    (tests inject a commit there). Raises `InvalidProgress` for a token that is not this
-    reader's, community's and filter's.
+    (tests inject a commit there).
     """
+    community_id, reader, query = request.community_id, request.reader, request.query
+    decoded = request.decoded
     if overlap is None:
         overlap = timedelta(seconds=settings.ARTIFACT_SYNC_OVERLAP_SECONDS)
     if token_max_age is None:
         token_max_age = timedelta(seconds=settings.ARTIFACT_SYNC_TOKEN_MAX_AGE)
-    binding = token_binding(
-        community_id=community_id, reader=reader, filter_digest=query.canonical_digest()
-    )
-    decoded = (
-        None if query.progress is None else decode_progress(query.progress, binding=binding)
-    )
     fence = read_fence(alias=alias, max_age=fence_max_age)
     if before_snapshot is not None:
         before_snapshot()
     with read_transaction(alias=alias, repeatable_read=True) as cursor:
         # The first statement takes the page's snapshot.
-        epoch, identity = current_sync_state(cursor, alias=alias)
-        cursor.execute("SELECT now()")
-        now: datetime = cursor.fetchone()[0]
-        probe = probe_view(cursor, community_id=community_id, reader=reader)
-        database = database_tag(identity)
+        cursor.execute(
+            f"SELECT now(), {EPOCH_SQL}, co.artifacts_enabled, co.artifact_types,"
+            f" {PROBE_COLUMNS} FROM {PROBE_FROM}",
+            {"community": community_id, "reader": reader},
+        )
+        now, epoch, enabled, allowed_types, *probe_row = cursor.fetchone()
+        probe = probe_from_row(*probe_row)
+        database = database_tag(database_identity(cursor, alias=alias))
 
         def fresh_view() -> bytes:
             return compute_view_digest(
@@ -196,9 +223,15 @@ def read_page(
         }
         if query.values("h") is not None:
             params["filter_h"] = list(query.values("h") or ())
-        if query.values("type") is not None:
-            params["filter_type"] = list(query.values("type") or ())
-        _walk(cursor, walk, params)
+        types = _types_within(allowed_types, query.values("type"))
+        if types is not None:
+            params["types"] = types
+        if enabled:
+            _walk(cursor, walk, params)
+        else:
+            # Nothing is readable, and under this view (constant since the last reset) nothing
+            # ever was: the round is done.
+            walk.phase = Phase.DONE
 
     next_token = ProgressToken(
         phase=walk.phase,
@@ -216,7 +249,8 @@ def read_page(
     return Page(
         events=walk.events,
         removed=walk.removed,
-        progress=encode_progress(next_token, binding=binding),
+        progress=encode_progress(next_token, binding=request.binding),
+        fence_lag=now - round_t,
         more=walk.phase is not Phase.DONE,
         reset=reset_reason is not None,
         reset_reason=reset_reason,
@@ -225,26 +259,37 @@ def read_page(
 
 
 def _walk(cursor: CursorWrapper, walk: _Walk, params: dict[str, Any]) -> None:
-    """Fill the page from the walk's phase onwards, in bounded steps."""
+    """Fill the page from the walk's phase onwards, one window of candidates per statement.
+
+    A window starts a little larger than the entries still wanted (most candidates of a reader
+    who reads most of the community come out) and doubles while windows come back short, until
+    the page's scan budget is spent.
+    """
+    window = 0
     while walk.phase is not Phase.DONE and not walk.full():
-        statements = phase_sql(
+        want = walk.limit - walk.entries
+        window = min(walk.budget, max(window * 2, want + want // 4 + 16))
+        statement = window_sql(
             walk.phase,
             with_cursor=walk.cursor_key is not None,
             has_channels="filter_h" in params,
-            has_types="filter_type" in params,
+            has_types="types" in params,
         )
         step = {
             **params,
-            "budget": walk.budget,
-            "want": walk.limit - walk.entries,
+            "window": window,
+            "want": want,
             "cursor_at": walk.cursor_at,
             "cursor_key": walk.cursor_key,
         }
-        cursor.execute(statements.hits, step)
+        cursor.execute(statement, step)
         rows = cursor.fetchall()
-        for at, key, artifact, raw, reason in rows:
+        trailer = rows.pop() if rows and rows[-1][0] == 1 else None
+        scanned = 0 if trailer is None else int(trailer[7])
+        walk.budget -= scanned
+        for _kind, at, _pos, key, artifact, raw, reason, _n in rows:
             if raw is not None and walk.events and walk.size + len(raw) > PAGE_BYTES:
-                # Leave this one for the next page; its position is not consumed.
+                # This one waits for the next page: its position stays unconsumed.
                 walk.size = PAGE_BYTES
                 return
             walk.cursor_at, walk.cursor_key = at, key
@@ -256,19 +301,22 @@ def _walk(cursor: CursorWrapper, walk: _Walk, params: dict[str, Any]) -> None:
                 walk.size += len(raw)
             else:
                 walk.removed.append((artifact, reason))
-        if len(rows) == step["want"]:
-            # The statement stopped at `want` hits: how far it scanned is not known, only
-            # that it is within the budget; the page is done.
-            walk.budget = 0
-            return
-        cursor.execute(statements.boundary, step)
-        boundary = cursor.fetchone()
-        scanned = 0 if boundary is None else int(boundary[0])
-        walk.budget -= scanned
-        if scanned < step["budget"]:
+        if len(rows) == want:
+            # The window may hold candidates after the last hit: continue from that hit.
+            continue
+        # Every row of the window was classified.
+        if scanned < window:
             walk.next_phase()
         else:
-            walk.cursor_at, walk.cursor_key = boundary[1], boundary[2]
+            assert trailer is not None
+            walk.cursor_at, walk.cursor_key = trailer[1], trailer[3]
+
+
+def _types_within(allowed: list[str] | None, wanted: tuple[str, ...] | None) -> list[str] | None:
+    """The types both the community's policy and the filter allow (None: every type)."""
+    if allowed is None:
+        return None if wanted is None else list(wanted)
+    return sorted(set(allowed) & set(wanted)) if wanted is not None else sorted(allowed)
 
 
 def _key_text(token: ProgressToken) -> str | None:

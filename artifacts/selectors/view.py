@@ -8,9 +8,10 @@ artifacts whose stamps are older than the watermark and no continuation round wo
 Recomputing the view lists P's readable channels, which grows with the community. A page skips it
 when the probe proves nothing it depends on changed since the view was computed:
 
-- the community's `listing_version` is unchanged (every listing or policy change, and every
+- the community's `listing_version` is unchanged: every listing or policy change, and every
   channel creation, increments it under the community's row lock, so equal values mean no such
-  change committed in between), and `artifact_policy_modified_at` is older than the view's fence;
+  change committed in between (no timestamp comparison, so no storm of recomputations after a
+  listing change either);
 - P's membership rows are as many as then, and none has `sync_modified_at` at or after the fence
   T of the page that computed the view (minus the overlap). Any membership change that page did
   not see committed after its fence was read, so it carries a stamp >= T: comparing with T, never
@@ -35,34 +36,40 @@ DIGEST_BYTES = 16
 @dataclass(frozen=True, slots=True)
 class ViewProbe:
     fingerprint: bytes
-    # The newest stamp that can change P's view: P's memberships and the community's listing.
-    latest_stamp: datetime
+    # The newest stamp of P's memberships (None: P never was a member of any channel).
+    latest_stamp: datetime | None
+
+
+# P's memberships: index-only on channel_members_sync (community_id, pubkey, sync_modified_at,
+# channel_id). Composable: rounds read it in their page's first statement.
+PROBE_COLUMNS = "co.listing_version, m.n, m.latest"
+PROBE_FROM = """communities co,
+       LATERAL (SELECT count(*) AS n, max(sync_modified_at) AS latest
+                  FROM channel_members
+                 WHERE community_id = co.id AND pubkey = %(reader)s) m
+ WHERE co.id = %(community)s"""
+
+
+def probe_from_row(listing: int, members: int, latest_member: datetime | None) -> ViewProbe:
+    fingerprint = hashlib.sha256(b"%d/%d" % (listing, members)).digest()[:8]
+    return ViewProbe(fingerprint=fingerprint, latest_stamp=latest_member)
 
 
 def probe_view(cursor: CursorWrapper, *, community_id: int, reader: str) -> ViewProbe:
-    # Index-only on channel_members_sync (community_id, pubkey, sync_modified_at, channel_id).
     cursor.execute(
-        """
-        SELECT co.listing_version, co.artifact_policy_modified_at, m.n, m.latest
-          FROM communities co,
-               LATERAL (SELECT count(*) AS n, max(sync_modified_at) AS latest
-                          FROM channel_members
-                         WHERE community_id = co.id AND pubkey = %(reader)s) m
-         WHERE co.id = %(community)s
-        """,
+        f"SELECT {PROBE_COLUMNS} FROM {PROBE_FROM}",
         {"community": community_id, "reader": reader},
     )
-    listing, policy_at, members, latest_member = cursor.fetchone()
-    fingerprint = hashlib.sha256(b"%d/%d" % (listing, members)).digest()[:8]
-    latest = policy_at if latest_member is None else max(policy_at, latest_member)
-    return ViewProbe(fingerprint=fingerprint, latest_stamp=latest)
+    return probe_from_row(*cursor.fetchone())
 
 
 def view_unchanged(
     probe: ViewProbe, *, fingerprint: bytes, computed_under: datetime, overlap: timedelta
 ) -> bool:
     """True when the view computed under fence `computed_under` provably still holds."""
-    return probe.fingerprint == fingerprint and probe.latest_stamp < computed_under - overlap
+    return probe.fingerprint == fingerprint and (
+        probe.latest_stamp is None or probe.latest_stamp < computed_under - overlap
+    )
 
 
 def compute_view_digest(

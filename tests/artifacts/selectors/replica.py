@@ -14,7 +14,7 @@ import orjson
 
 from artifacts.models import Community
 from artifacts.selectors.filters import parse_filter
-from artifacts.selectors.rounds import Page, read_page
+from artifacts.selectors.rounds import Page, prepare_round, read_page
 
 
 def tag(event: dict[str, Any], name: str) -> str | None:
@@ -51,10 +51,11 @@ class Replica:
         before_snapshot: Callable[[], None] | None = None,
     ) -> Page:
         query = parse_filter({**self.filter, "progress": self.token, "limit": limit})
+        request = prepare_round(
+            community_id=self.community.pk, reader=self.reader, query=query
+        )
         page = read_page(
-            community_id=self.community.pk,
-            reader=self.reader,
-            query=query,
+            request,
             ready=ready,
             overlap=self.overlap,
             fence_max_age=0,
