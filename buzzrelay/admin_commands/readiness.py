@@ -97,12 +97,17 @@ def run(args: argparse.Namespace) -> int:
             for label, report in results
         ],
     )
-    failing = [
-        [label, f"{check.item} {check.id}", check.found.replace("; ", "\n"),
-         (check.fix or "-").replace("; ", "\n")]
-        for label, report in results
-        for check in report.failing
-    ]
+    failing = []
+    for label, report in results:
+        if report.error is not None:  # one line, not the same error six times
+            failing.append([label, "all", f"database unreachable: {report.error}",
+                            report.checks[0].fix])
+            continue
+        failing += [
+            [label, f"{check.item} {check.id}", check.found.replace("; ", "\n"),
+             (check.fix or "-").replace("; ", "\n")]
+            for check in report.failing
+        ]
     if failing:
         print()
         print_table(["Deployment", "Item", "Found", "Fix"], failing, title="Failing items")

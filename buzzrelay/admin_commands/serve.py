@@ -29,15 +29,18 @@ def run(args: argparse.Namespace) -> int:
         )
     setup_django(None)
     import uvicorn
+    from django.conf import settings
 
     uvicorn.run(
         "buzzrelay.asgi:application",
         host=args.host,
         port=args.port,
         workers=args.workers,
-        lifespan="off",
+        # The ASGI lifespan registers the instance in the fleet and deregisters it on shutdown.
+        lifespan="on",
         log_level="warning",
-        ws_max_size=131072,
+        # NIP-11 limitation.max_message_length: a larger frame closes the connection.
+        ws_max_size=settings.RELAY_MAX_MESSAGE_LENGTH,
         timeout_graceful_shutdown=10,
     )
     return 0
