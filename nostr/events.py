@@ -17,7 +17,14 @@ from typing import Any
 import orjson
 
 from nostr import schnorr
-from nostr.jsonstrict import StrictJSONError, is_int, loads_strict
+from nostr.jsonstrict import (
+    DUPLICATE_KEY,
+    StrictJSONError,
+    has_duplicate_keys_exact,
+    is_int,
+    loads_keeping_last_duplicate,
+    may_hide_colons,
+)
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -125,13 +132,16 @@ def parse_event_unverified(
     the signature; they finish with ``check_signature``. A ``dict`` must come from
     ``loads_strict`` (or equally strict code): duplicate keys cannot be seen in a dict.
     """
-    event = _event_object(raw, limits)
+    event, text = _event_object(raw, limits)
     _check_fields(event, limits)
     _check_created_at(event["created_at"], now, limits)
     # Fields were checked above, so serialization cannot fail.
-    canonical = [0, event["pubkey"], event["created_at"], event["kind"], event["tags"]]
-    canonical.append(event["content"])
-    event_id = hashlib.sha256(orjson.dumps(canonical)).digest()
+    canonical = orjson.dumps(
+        [0, event["pubkey"], event["created_at"], event["kind"], event["tags"], event["content"]]
+    )
+    if text is not None:
+        _check_no_duplicate_keys(text, canonical)
+    event_id = hashlib.sha256(canonical).digest()
     if event_id.hex() != event["id"]:
         raise InvalidEvent("bad event id")
     return event, event_id
@@ -191,9 +201,10 @@ def has_tag(event: dict[str, Any], name: str) -> bool:
 
 def _event_object(
     raw: bytes | bytearray | memoryview | str | dict[str, Any], limits: EventLimits
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], bytes | bytearray | None]:
+    """The event object, and the JSON text it was read from (``None`` for a dict)."""
     if isinstance(raw, dict):
-        return _checked_dict(raw, limits)
+        return _checked_dict(raw, limits), None
     if isinstance(raw, str):
         if len(raw) > limits.max_event_bytes:  # each character is at least one byte
             raise _too_large(len(raw), limits)
@@ -201,15 +212,19 @@ def _event_object(
             raw = raw.encode("utf-8")
         except UnicodeEncodeError:
             raise InvalidEvent("lone surrogate in string") from None
+    elif isinstance(raw, memoryview):
+        raw = raw.tobytes()
     if len(raw) > limits.max_event_bytes:
         raise _too_large(len(raw), limits)
     try:
-        parsed = loads_strict(raw)
+        # Duplicate keys are ruled out later, more cheaply than a generic check can, once the
+        # event's shape and canonical serialization are known (_check_no_duplicate_keys).
+        parsed = loads_keeping_last_duplicate(raw)
     except StrictJSONError as exc:
         raise InvalidEvent(f"malformed JSON: {exc}") from None
     if not isinstance(parsed, dict):
         raise InvalidEvent("event must be a JSON object")
-    return parsed
+    return parsed, raw
 
 
 def _checked_dict(event: dict[str, Any], limits: EventLimits) -> dict[str, Any]:
@@ -277,6 +292,24 @@ def _check_tags(tags: object, limits: EventLimits) -> None:
                 len(value) > max_bytes or len(value.encode("utf-8")) > max_bytes
             ):
                 raise InvalidEvent(f"tag value too large (max {max_bytes} bytes)")
+
+
+def _check_no_duplicate_keys(text: bytes | bytearray, canonical: bytes) -> None:
+    """Refuse an event whose JSON text repeated a key (orjson kept the last value).
+
+    In valid JSON each ``:`` outside strings separates one key/value pair. Once the fields are
+    checked, the text holds one object with 7 pairs; keys, hex fields and numbers hold no
+    colon, so every other ``:`` lies in a tag or the content. The canonical serialization
+    holds exactly those strings, and orjson never escapes ``:``. So without duplicates the text
+    has exactly 7 colons more than the canonical form; each repeated pair adds at least one.
+    A colon written as ``\\u003a`` would hide from the count: such text takes the exact check.
+    """
+    if may_hide_colons(text):
+        duplicate = has_duplicate_keys_exact(text)
+    else:
+        duplicate = text.count(b":") != len(EVENT_KEYS) + canonical.count(b":")
+    if duplicate:
+        raise InvalidEvent(f"malformed JSON: {DUPLICATE_KEY}")
 
 
 def _check_created_at(created_at: int, now: int, limits: EventLimits) -> None:

@@ -107,5 +107,10 @@ def _check_relay(event: dict[str, Any], relay_url: str) -> None:
         signed = normalize_relay_url(signed_url)
     except ValueError:
         raise Nip42Error("auth event relay tag is not a valid relay URL") from None
-    if signed != normalize_relay_url(relay_url):
+    try:
+        expected = normalize_relay_url(relay_url)
+    except ValueError:
+        # relay_url may be derived from the client's Host header: refuse, never crash.
+        raise Nip42Error("this relay's URL is not a valid relay URL") from None
+    if signed != expected:
         raise Nip42Error("auth event relay tag does not name this relay")

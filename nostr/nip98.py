@@ -40,9 +40,7 @@ __all__ = [
 KIND_HTTP_AUTH = 27235
 HTTP_DEFAULT_PORTS: Mapping[str, int] = {"http": 80, "https": 443}
 _EMPTY_BODY_SHA256 = hashlib.sha256(b"").hexdigest()
-# Standard and URL-safe base64 alphabets are both accepted: map URL-safe onto standard.
-_URLSAFE_TO_STANDARD = str.maketrans("-_", "+/")
-_UNSAFE_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
+_NOT_URL_CHARS = re.compile(r"[^\x21-\x7e]")
 
 
 class Nip98Error(ValueError):
@@ -70,12 +68,13 @@ def normalize_url(
     empty path becomes ``/`` (the same resource for http(s) and ws(s)), and a bare ``?`` is
     dropped (servers do not tell it from no query). ``ignore_trailing_slash`` (NIP-42 relay
     URLs) removes trailing slashes from the path. Raises ``ValueError`` for URLs with a scheme
-    outside ``default_ports``, no host, user info, a bad port or whitespace.
+    outside ``default_ports``, no host, user info, a bad port, spaces or non-ASCII characters.
     """
-    if _UNSAFE_URL_CHARS.search(url):
+    if _NOT_URL_CHARS.search(url):
         # urlsplit silently drops tabs and newlines and strips spaces, which would make two
-        # different strings compare equal.
-        raise ValueError("URL contains whitespace or control characters")
+        # different strings compare equal; and str.lower() maps some non-ASCII letters onto
+        # ASCII ones (KELVIN SIGN -> "k"). Request URLs are percent-encoded ASCII anyway.
+        raise ValueError("URL must be printable ASCII without spaces")
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in default_ports:
@@ -157,7 +156,7 @@ def make_nip98_header(
 
 
 def _decode_header(authorization: str | None, max_header_bytes: int) -> bytes:
-    if not authorization:
+    if authorization is None:
         raise Nip98Error("missing Authorization header")
     # Checked on characters first so an oversized header is never encoded or decoded; once
     # it is known to be ASCII, characters and bytes are the same count.
@@ -165,13 +164,17 @@ def _decode_header(authorization: str | None, max_header_bytes: int) -> bytes:
         raise Nip98Error(f"Authorization header too large (max {max_header_bytes} bytes)")
     if not authorization.isascii():
         raise Nip98Error("malformed Authorization header")
-    words = authorization.split(None, 1)
+    if not authorization.strip():
+        raise Nip98Error("missing Authorization header")
+    scheme, *credentials = authorization.split(None, 1)
     # Authentication schemes are case-insensitive (RFC 9110 section 11.1).
-    if not words or words[0].lower() != "nostr":
+    if scheme.lower() != "nostr":
         raise Nip98Error("Authorization scheme must be Nostr")
-    if len(words) < 2:
+    if not credentials:
         raise Nip98Error("missing auth event")
-    token = words[1].strip().translate(_URLSAFE_TO_STANDARD)
+    token = credentials[0].strip()
+    if "-" in token or "_" in token:  # URL-safe alphabet (str.translate is slow here)
+        token = token.replace("-", "+").replace("_", "/")
     try:
         # validate=True refuses characters outside the alphabet instead of skipping them.
         return base64.b64decode(token + "=" * (-len(token) % 4), validate=True)
@@ -195,7 +198,13 @@ def _check_url(event: dict[str, Any], url: str) -> None:
         signed = normalize_url(signed_url)
     except ValueError:
         raise Nip98Error("auth event u tag is not a valid http(s) URL") from None
-    if signed != normalize_url(url):
+    try:
+        requested = normalize_url(url)
+    except ValueError:
+        # The request URL is built from client input (the Host header may carry any port), so
+        # an unusable one is the client's failure to authenticate, not a server error.
+        raise Nip98Error("the request URL is not a valid http(s) URL") from None
+    if signed != requested:
         raise Nip98Error("auth event u tag does not match the request URL")
 
 
@@ -203,7 +212,8 @@ def _check_method(event: dict[str, Any], method: str) -> None:
     signed_method = _single_tag(event, "method")
     if signed_method is None:
         raise Nip98Error("auth event has no method tag")
-    if signed_method.upper() != method.upper():
+    # ASCII only: str.upper() would also map e.g. "po\u017ft" (LONG S) onto "POST".
+    if not signed_method.isascii() or signed_method.upper() != method.upper():
         raise Nip98Error("auth event method tag does not match the request method")
 
 

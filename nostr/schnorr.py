@@ -19,6 +19,10 @@ __all__ = [
     "verify_bytes",
 ]
 
+PUBKEY_BYTES = 32  # x-only public key
+SIG_BYTES = 64
+SECRET_BYTES = 32
+MSG_BYTES = 32  # what libsecp256k1's schnorrsig_sign32 signs
 # Order of the secp256k1 group: a secret key is an integer in [1, N - 1].
 _CURVE_ORDER = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
 
@@ -28,7 +32,7 @@ def verify_bytes(pubkey: bytes, msg: bytes, sig: bytes) -> bool:
 
     BIP-340 allows messages of any length; Nostr passes the 32-byte event id.
     """
-    if len(pubkey) != 32 or len(sig) != 64:
+    if len(pubkey) != PUBKEY_BYTES or len(sig) != SIG_BYTES:
         return False
     try:
         # Parsing fails for x coordinates not on the curve or not below the field size.
@@ -56,11 +60,11 @@ def sign(secret_hex: str, msg32: bytes, aux: bytes | None = None) -> str:
     as exposed by coincurve signs 32-byte messages only) or an ``aux`` of the wrong length.
     """
     key = _private_key(secret_hex)
-    if len(msg32) != 32:
+    if len(msg32) != MSG_BYTES:
         raise ValueError("message must be 32 bytes")
     if aux is None:
         aux = os.urandom(32)
-    elif len(aux) != 32:
+    elif len(aux) != 32:  # BIP-340 fixes aux_rand at 32 bytes
         raise ValueError("aux must be 32 bytes")
     return key.sign_schnorr(msg32, aux).hex()
 
@@ -85,13 +89,14 @@ def is_valid_secret(secret_hex: str) -> bool:
 
 
 def _private_key(secret_hex: str) -> PrivateKey:
-    if not isinstance(secret_hex, str) or len(secret_hex) != 64:
+    if not isinstance(secret_hex, str) or len(secret_hex) != 2 * SECRET_BYTES:
         raise ValueError("secret key must be 64 hex characters")
     try:
         secret = bytes.fromhex(secret_hex)
     except ValueError:
         raise ValueError("secret key must be 64 hex characters") from None
-    if len(secret) != 32:  # fromhex skips whitespace, so 64 characters may hold fewer bytes
+    # fromhex skips whitespace, so 64 characters may hold fewer bytes.
+    if len(secret) != SECRET_BYTES:
         raise ValueError("secret key must be 64 hex characters")
     if not 0 < int.from_bytes(secret, "big") < _CURVE_ORDER:
         raise ValueError("secret key out of range")
