@@ -39,11 +39,11 @@ def normalize_host(host: str) -> str:
     return value
 
 
-def _admins(pubkeys: Sequence[str]) -> list[str]:
+def normalize_admins(pubkeys: Sequence[str]) -> list[str]:
     return sorted({pubkey_value(p.strip().lower(), "admin pubkey") for p in pubkeys})
 
 
-def _types(types: Sequence[str] | None) -> list[str] | None:
+def normalize_types(types: Sequence[str] | None) -> list[str] | None:
     if types is None:
         return None
     cleaned = sorted({t.strip() for t in types if t.strip()})
@@ -70,9 +70,9 @@ def community_create(
         return Community.objects.create(
             host=host,
             name=name.strip() or host,
-            admin_pubkeys=_admins(admin_pubkeys),
+            admin_pubkeys=normalize_admins(admin_pubkeys),
             artifacts_enabled=artifacts_enabled,
-            artifact_types=_types(artifact_types),
+            artifact_types=normalize_types(artifact_types),
             open_channel_creation=open_channel_creation,
         )
 
@@ -96,11 +96,11 @@ def community_update_policy(
             raise Invalid("name must not be blank")
         wanted["name"] = name.strip()
     if not isinstance(admin_pubkeys, _Keep):
-        wanted["admin_pubkeys"] = _admins(admin_pubkeys)
+        wanted["admin_pubkeys"] = normalize_admins(admin_pubkeys)
     if not isinstance(artifacts_enabled, _Keep):
         wanted["artifacts_enabled"] = bool(artifacts_enabled)
     if not isinstance(artifact_types, _Keep):
-        wanted["artifact_types"] = _types(artifact_types)
+        wanted["artifact_types"] = normalize_types(artifact_types)
     if not isinstance(open_channel_creation, _Keep):
         wanted["open_channel_creation"] = bool(open_channel_creation)
     with write_transaction(community_id=community_id):

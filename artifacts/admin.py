@@ -1,0 +1,229 @@
+"""Operators' edits of communities, channels and members in the Django admin.
+
+Operators are writers too (PROTOCOL.md section 2): every save, delete and action goes through
+the services, so it stamps and counts listing changes exactly like an event would. Fields that
+only a service may change (stamps, archive and delete times, the listing counter) are read-only;
+archive, unarchive, delete and restore are actions. Deleting a channel or member here is the
+soft delete the protocol knows (deleted_at, removed_at), never a row deletion.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from artifacts.models import Channel, ChannelMember, Community
+from artifacts.services import channels as channel_services
+from artifacts.services.channels import MAX_NAME_CHARS
+from artifacts.services.communities import (
+    community_create,
+    community_update_policy,
+    normalize_admins,
+    normalize_host,
+    normalize_types,
+)
+from artifacts.services.errors import Invalid
+from artifacts.services.members import member_put, member_remove
+from artifacts.services.tags import text_value
+
+
+def _validated(check: Callable[[Any], Any], value: Any) -> Any:
+    try:
+        return check(value)
+    except Invalid as exc:
+        raise forms.ValidationError(exc.message) from None
+
+
+class CommunityForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = Community
+        fields = ["host", "name", "admin_pubkeys", "artifacts_enabled", "artifact_types",
+                  "open_channel_creation"]
+        help_texts = {
+            "admin_pubkeys": "comma-separated hex pubkeys",
+            "artifact_types": "comma-separated, e.g. buzz.task,buzz.note; empty allows every type",
+        }
+
+    def clean_host(self) -> str:
+        return str(_validated(normalize_host, self.cleaned_data["host"]))
+
+    def clean_admin_pubkeys(self) -> list[str]:
+        return list(_validated(normalize_admins, self.cleaned_data["admin_pubkeys"] or []))
+
+    def clean_artifact_types(self) -> list[str] | None:
+        return _validated(normalize_types, self.cleaned_data["artifact_types"] or None)  # type: ignore[no-any-return]
+
+
+@admin.register(Community)
+class CommunityAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = CommunityForm
+    list_display = ["host", "name", "artifacts_enabled", "open_channel_creation",
+                    "listing_version", "artifact_policy_modified_at"]
+    search_fields = ["host", "name"]
+    readonly_fields = ["listing_version", "created_at", "artifact_policy_modified_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Community | None = None) -> Any:
+        # The host is the community's identity (clients address it by host): fixed once made.
+        return [*self.readonly_fields, "host"] if obj is not None else self.readonly_fields
+
+    def save_model(self, request: HttpRequest, obj: Community, form: Any, change: bool) -> None:
+        data = form.cleaned_data
+        if not change:
+            created = community_create(
+                host=data["host"], name=data["name"], admin_pubkeys=data["admin_pubkeys"],
+                artifacts_enabled=data["artifacts_enabled"],
+                artifact_types=data["artifact_types"],
+                open_channel_creation=data["open_channel_creation"],
+            )
+            obj.pk = created.pk
+            return
+        editable = ("name", *CommunityForm.Meta.fields[2:])
+        community_update_policy(
+            community_id=obj.pk,
+            **{field: data[field] for field in form.changed_data if field in editable},
+        )
+        obj.refresh_from_db()
+
+
+class ChannelForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = Channel
+        fields = ["community", "channel_id", "name", "visibility", "created_by"]
+        help_texts = {"created_by": "optional pubkey: becomes the channel's owner"}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "channel_id" in self.fields:
+            self.fields["channel_id"].initial = uuid.uuid4
+
+    def clean_name(self) -> str:
+        return str(_validated(
+            lambda name: text_value(name, "name", max_chars=MAX_NAME_CHARS),
+            self.cleaned_data.get("name") or "",
+        ))
+
+    def clean_created_by(self) -> str:
+        value = self.cleaned_data.get("created_by") or ""
+        return str(_validated(normalize_admins, [value])[0]) if value else ""
+
+
+def _channel_action(service: str, done: str) -> Any:
+    def action(admin_: ChannelAdmin, request: HttpRequest, queryset: QuerySet[Channel]) -> None:
+        changed = sum(
+            bool(getattr(channel_services, service)(
+                community_id=channel.community_id, channel_id=channel.channel_id))
+            for channel in queryset
+        )
+        admin_.message_user(request, f"{changed} channel(s) {done}.", messages.SUCCESS)
+
+    action.__name__ = service
+    return admin.action(description=f"{service.split('_', 1)[1].capitalize()} selected channels")(
+        action
+    )
+
+
+@admin.register(Channel)
+class ChannelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = ChannelForm
+    list_display = ["channel_id", "name", "community", "visibility", "archived_at", "deleted_at"]
+    list_filter = ["community", "visibility"]
+    search_fields = ["name", "channel_id"]
+    actions = [
+        _channel_action("channel_archive", "archived"),
+        _channel_action("channel_unarchive", "unarchived"),
+        _channel_action("channel_delete", "deleted"),
+        _channel_action("channel_restore", "restored"),
+    ]
+    readonly_fields = ["created_at", "archived_at", "deleted_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Channel | None = None) -> Any:
+        fixed = ["community", "channel_id", "created_by"] if obj is not None else []
+        return [*fixed, *self.readonly_fields]
+
+    def save_model(self, request: HttpRequest, obj: Channel, form: Any, change: bool) -> None:
+        if change:
+            channel_services.channel_update(
+                community_id=obj.community_id, channel_id=obj.channel_id,
+                name=obj.name, visibility=obj.visibility,
+            )
+        else:
+            channel_services.channel_create(
+                community_id=obj.community_id, channel_id=obj.channel_id, name=obj.name,
+                visibility=obj.visibility, created_by=obj.created_by,
+            )
+        obj.pk = Channel.objects.get(
+            community_id=obj.community_id, channel_id=obj.channel_id
+        ).pk
+
+    def delete_model(self, request: HttpRequest, obj: Channel) -> None:
+        channel_services.channel_delete(community_id=obj.community_id, channel_id=obj.channel_id)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Channel]) -> None:
+        for channel in queryset:
+            self.delete_model(request, channel)
+
+
+class ChannelMemberForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = ChannelMember
+        fields = ["community", "channel_id", "pubkey", "role"]
+
+    def clean_pubkey(self) -> str:
+        return str(_validated(normalize_admins, [self.cleaned_data["pubkey"]])[0])
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        community, channel_id = data.get("community"), data.get("channel_id")
+        if community is not None and channel_id is not None and not Channel.objects.filter(
+            community=community, channel_id=channel_id, deleted_at__isnull=True
+        ).exists():
+            raise forms.ValidationError({"channel_id": "no such channel in this community"})
+        return data
+
+
+@admin.register(ChannelMember)
+class ChannelMemberAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = ChannelMemberForm
+    list_display = ["pubkey", "channel_id", "community", "role", "removed_at",
+                    "sync_modified_at"]
+    list_filter = ["community", "role"]
+    search_fields = ["pubkey", "channel_id"]
+    readonly_fields = ["joined_at", "removed_at", "sync_modified_at"]
+    actions = ["remove_members", "rejoin_members"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ChannelMember | None = None) -> Any:
+        fixed = ["community", "channel_id", "pubkey"] if obj is not None else []
+        return [*fixed, *self.readonly_fields]
+
+    def save_model(
+        self, request: HttpRequest, obj: ChannelMember, form: Any, change: bool
+    ) -> None:
+        # Saving is a put: grant, rejoin or role change (a no-op save stamps nothing).
+        member_put(community_id=obj.community_id, channel_id=obj.channel_id,
+                   pubkey=obj.pubkey, role=obj.role)
+        obj.pk = ChannelMember.objects.get(
+            community_id=obj.community_id, channel_id=obj.channel_id, pubkey=obj.pubkey
+        ).pk
+
+    def delete_model(self, request: HttpRequest, obj: ChannelMember) -> None:
+        member_remove(community_id=obj.community_id, channel_id=obj.channel_id, pubkey=obj.pubkey)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ChannelMember]) -> None:
+        for member in queryset:
+            self.delete_model(request, member)
+
+    @admin.action(description="Remove selected members")
+    def remove_members(self, request: HttpRequest, queryset: QuerySet[ChannelMember]) -> None:
+        self.delete_queryset(request, queryset)
+
+    @admin.action(description="Rejoin selected members (same role)")
+    def rejoin_members(self, request: HttpRequest, queryset: QuerySet[ChannelMember]) -> None:
+        for member in queryset:
+            member_put(community_id=member.community_id, channel_id=member.channel_id,
+                       pubkey=member.pubkey, role=member.role)

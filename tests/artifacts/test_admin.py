@@ -1,0 +1,113 @@
+"""Operators' edits in the Django admin stamp exactly like events do."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.test import Client
+
+from artifacts.models import Channel, ChannelMember, Community
+from tests.factories import add_member, make_channel, make_community, make_key
+
+
+def _policy(community: Community) -> tuple[object, int]:
+    row = Community.objects.values_list("artifact_policy_modified_at", "listing_version")
+    return row.get(pk=community.pk)
+
+
+@pytest.fixture
+def community(db: None) -> Community:
+    return make_community()
+
+
+def test_editing_visibility_is_a_stamped_listing_change(
+    admin_client: Client, community: Community
+) -> None:
+    h = make_channel(community, name="general")
+    channel = Channel.objects.get(channel_id=h)
+    before = _policy(community)
+    response = admin_client.post(
+        f"/admin/artifacts/channel/{channel.pk}/change/",
+        {"name": "general", "visibility": "private"},
+    )
+    assert response.status_code == 302, response.content
+    channel.refresh_from_db()
+    assert channel.visibility == "private"
+    after = _policy(community)
+    assert after[1] == before[1] + 1 and after[0] > before[0]  # type: ignore[operator]
+
+    # A rename alone is not a listing change.
+    admin_client.post(f"/admin/artifacts/channel/{channel.pk}/change/",
+                      {"name": "renamed", "visibility": "private"})
+    assert _policy(community) == after
+
+
+def test_channel_actions_go_through_the_services(
+    admin_client: Client, community: Community
+) -> None:
+    h = make_channel(community)
+    channel = Channel.objects.get(channel_id=h)
+    for action, field in [("channel_archive", "archived_at"), ("channel_delete", "deleted_at")]:
+        before = _policy(community)
+        admin_client.post("/admin/artifacts/channel/",
+                          {"action": action, "_selected_action": [channel.pk]})
+        channel.refresh_from_db()
+        assert getattr(channel, field) is not None
+        assert _policy(community)[1] == before[1] + 1
+
+
+def test_adding_a_channel_makes_its_creator_owner(
+    admin_client: Client, community: Community
+) -> None:
+    owner = make_key()
+    h = uuid.uuid4()
+    response = admin_client.post("/admin/artifacts/channel/add/", {
+        "community": community.pk, "channel_id": str(h), "name": "ops",
+        "visibility": "open", "created_by": owner.pubkey,
+    })
+    assert response.status_code == 302, response.content
+    assert ChannelMember.objects.get(channel_id=h).role == "owner"
+
+
+def test_member_edits_and_deletes_stamp_the_membership(
+    admin_client: Client, community: Community
+) -> None:
+    member = make_key()
+    h = make_channel(community, visibility="private")
+    add_member(community, h, member)
+    row = ChannelMember.objects.get(pubkey=member.pubkey)
+    stamp = row.sync_modified_at
+    admin_client.post(f"/admin/artifacts/channelmember/{row.pk}/change/", {"role": "admin"})
+    row.refresh_from_db()
+    assert row.role == "admin" and row.sync_modified_at > stamp
+    response = admin_client.post(f"/admin/artifacts/channelmember/{row.pk}/delete/",
+                                 {"post": "yes"})
+    assert response.status_code == 302
+    row.refresh_from_db()  # a soft removal: the row stays, stamped
+    assert row.removed_at is not None and row.sync_modified_at > stamp
+
+
+def test_policy_edits_stamp_and_a_rename_does_not(
+    admin_client: Client, community: Community
+) -> None:
+    before = _policy(community)
+    data = {"name": "Renamed", "admin_pubkeys": "", "artifacts_enabled": "on",
+            "artifact_types": "", "open_channel_creation": ""}
+    response = admin_client.post(f"/admin/artifacts/community/{community.pk}/change/", data)
+    assert response.status_code == 302, response.content
+    assert _policy(community) == before
+    admin_client.post(f"/admin/artifacts/community/{community.pk}/change/",
+                      {**data, "artifact_types": "buzz.task"})
+    community.refresh_from_db()
+    assert community.artifact_types == ["buzz.task"]
+    assert _policy(community)[1] == before[1] + 1
+
+
+def test_bad_admin_pubkeys_are_form_errors(admin_client: Client, db: None) -> None:
+    response = admin_client.post("/admin/artifacts/community/add/", {
+        "host": "new.example", "name": "New", "admin_pubkeys": "nope",
+        "artifacts_enabled": "on", "artifact_types": "", "open_channel_creation": "",
+    })
+    assert response.status_code == 200  # the form again, with its error
+    assert not Community.objects.filter(host="new.example").exists()
