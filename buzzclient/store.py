@@ -382,15 +382,6 @@ class CollectionStore:
         )
         return {row[0]: row[1] for row in rows}
 
-    def channels(self, collection_id: int) -> list[str]:
-        """Channels the live collection holds artifacts from (what a live subscription names)."""
-        rows = self.db.execute(
-            "SELECT DISTINCT a.channel FROM artifacts AS a JOIN collections AS c"
-            " ON a.collection_id = c.id AND a.slot = c.live_slot WHERE c.id = ? ORDER BY 1",
-            (collection_id,),
-        )
-        return [row[0] for row in rows]
-
 
 def _row(collection_id: int, slot: int, event: ArtifactEvent) -> tuple[Any, ...]:
     return (

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,8 +33,12 @@ SESSION_TIMEOUT = 10.0
 
 
 class LiveHints(threading.Thread):
-    """Keeps one authenticated subscription to the channels of a collection and calls
-    ``on_hint(reason)`` when a live event, a notice or a reconnect suggests running a round."""
+    """Keeps one authenticated subscription and calls ``on_hint(reason)`` when a live event, a
+    notice or a reconnect suggests running a round.
+
+    With no ``channels`` the REQ names no ``#h``: it follows every channel the reader can read,
+    including channels created later. With channels, it names them (at most 256 per REQ).
+    """
 
     def __init__(
         self,
@@ -48,17 +53,10 @@ class LiveHints(threading.Thread):
         self.ws_url = ws_url
         self._secret = secret_hex
         self._on_hint = on_hint
-        self._channels = sorted(set(channels))
-        self._lock = threading.Lock()
+        self.channels = sorted(set(channels))
         self._stop = threading.Event()
         self.retry = retry or RetryPolicy(base=1.0, cap=60.0)
-        self.connected = threading.Event()  # authenticated and subscribed (for tests, status)
-        self.subscribed_to: list[str] = []
-
-    def set_channels(self, channels: Sequence[str]) -> None:
-        """Channels to follow (the session resubscribes when they change)."""
-        with self._lock:
-            self._channels = sorted(set(channels))
+        self.connected = threading.Event()  # authenticated and subscribed
 
     def stop(self) -> None:
         self._stop.set()
@@ -79,10 +77,10 @@ class LiveHints(threading.Thread):
                 self._stop.wait(self.retry.backoff(max(failures, 1)))
 
     def _session(self, ws: ClientConnection, *, after_failure: bool) -> None:
-        challenge = self._expect(ws, "AUTH")[1]
-        if not isinstance(challenge, str):
+        challenge = self._expect(ws, "AUTH")[1:2]
+        if not challenge or not isinstance(challenge[0], str):
             raise SessionError("relay sent a malformed AUTH challenge")
-        auth = make_auth_event(self._secret, challenge=challenge, relay_url=self.ws_url)
+        auth = make_auth_event(self._secret, challenge=challenge[0], relay_url=self.ws_url)
         ws.send(orjson.dumps(["AUTH", auth]).decode())
         answer = self._expect(ws, "OK")
         if len(answer) < 3 or answer[1] != auth["id"] or answer[2] is not True:
@@ -93,12 +91,6 @@ class LiveHints(threading.Thread):
             self._on_hint("reconnected")  # events may have been missed while disconnected
         live: set[str] = set()
         while not self._stop.is_set():
-            with self._lock:
-                wanted = self._channels
-            if wanted != self.subscribed_to:
-                for sub_id in subscriptions:
-                    ws.send(orjson.dumps(["CLOSE", sub_id]).decode())
-                subscriptions, live = self._subscribe(ws), set()
             try:
                 raw = ws.recv(timeout=1.0)
             except TimeoutError:
@@ -111,46 +103,43 @@ class LiveHints(threading.Thread):
                 event = message[2] if isinstance(message[2], dict) else {}
                 self._on_hint(f"live event {str(event.get('id', ''))[:12]}")
             elif verb == "NOTICE":
+                # The relay announces dropped live deliveries this way: a round catches up.
                 logger.info("relay notice: %s", message[1] if len(message) > 1 else "")
                 self._on_hint("notice")
             elif verb == "CLOSED" and len(message) > 1 and message[1] in subscriptions:
                 reason = str(message[2]) if len(message) > 2 else ""
                 logger.info("subscription closed by relay: %s", reason)
                 subscriptions.remove(message[1])
-                live.discard(message[1])
-                if reason.startswith("restricted:"):
-                    # Access to a channel was revoked: a round removes its artifacts, the
-                    # channel list shrinks and the next loop resubscribes without it.
-                    self._on_hint("subscription closed")
+                # Access to named channels was revoked: a round removes what went with it.
+                self._on_hint("subscription closed")
+                if not subscriptions:
+                    raise SessionError(f"every subscription closed ({reason})")
 
     def _subscribe(self, ws: ClientConnection) -> list[str]:
-        with self._lock:
-            channels = list(self._channels)
-        self.subscribed_to = channels
         filters: list[dict[str, Any]] = []
-        if channels:
-            for start in range(0, len(channels), MAX_TAG_VALUES):
-                chunk = channels[start : start + MAX_TAG_VALUES]
-                # limit 1: the replay before EOSE is not needed (rounds fetch the data).
-                filters.append({"kinds": LIVE_KINDS, "#h": chunk, "limit": 1})
-        else:
+        # limit 1: the replay before EOSE is not needed (rounds fetch the data).
+        for start in range(0, len(self.channels), MAX_TAG_VALUES):
+            chunk = self.channels[start : start + MAX_TAG_VALUES]
+            filters.append({"kinds": LIVE_KINDS, "#h": chunk, "limit": 1})
+        if not filters:
             filters.append({"kinds": LIVE_KINDS, "limit": 1})
         sub_ids = []
         for filter_ in filters:
             sub_id = "buzz-sync-" + secrets.token_hex(4)
             ws.send(orjson.dumps(["REQ", sub_id, filter_]).decode())
             sub_ids.append(sub_id)
-        logger.info("live subscription to %d channels", len(channels))
+        logger.info("live subscription to %s", f"{len(self.channels)} channels"
+                    if self.channels else "every readable channel")
         return sub_ids
 
     def _expect(self, ws: ClientConnection, verb: str) -> list[Any]:
         """Waits for a message starting with ``verb``, skipping others (notices and the like)."""
-        deadline = SESSION_TIMEOUT
+        deadline = time.monotonic() + SESSION_TIMEOUT
         while True:
             try:
-                message = _decode(ws.recv(timeout=deadline))
+                message = _decode(ws.recv(timeout=max(0.0, deadline - time.monotonic())))
             except TimeoutError:
-                raise SessionError(f"relay sent no {verb} within {deadline:.0f} s") from None
+                raise SessionError(f"relay sent no {verb} within {SESSION_TIMEOUT:.0f} s") from None
             if message and message[0] == verb:
                 return message
 
@@ -208,15 +197,12 @@ def watch(
             if info is not None and live:
                 if info.sync and hints is None:
                     ws_url = syncer.address.ws_url(info.sync_endpoint)
-                    hints = LiveHints(ws_url, syncer.http.secret, on_hint=hint)
+                    hints = LiveHints(ws_url, syncer.http.secret, on_hint=hint,
+                                      channels=syncer.filter.channels)
                     hints.start()
                 elif not info.sync and hints is not None:
                     hints.stop()
                     hints = None
-                if hints is not None:
-                    hints.set_channels(
-                        syncer.filter.channels or syncer.store.channels(syncer.collection_id)
-                    )
             if failures:
                 timeout = backoff.backoff(failures)
             elif hints is not None and hints.connected.is_set():

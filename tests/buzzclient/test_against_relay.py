@@ -1,0 +1,281 @@
+"""The client against a real relay process (`buzz-admin serve` on the pytest database).
+
+Writes go through the relay's own services (tests/factories.py) in this process and are
+committed, so the server sees them; the client syncs over HTTP like any other. What a reader
+should hold is written down independently in each test (which channels it can read, which
+artifacts live there) and compared with the client's collection.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from django.db import connection
+
+from artifacts.models import Community, Event
+from buzzclient import RoundSummary, Syncer
+from relayinfo.readiness import forget_cached_readiness
+from tests.factories import (
+    Key,
+    add_member,
+    create_artifact,
+    delete_artifact,
+    make_channel,
+    make_community,
+    make_key,
+    move_artifact,
+    redact,
+    update_artifact,
+    write,
+)
+from tests.relay_server import RelayProcess, start_relay
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HOST = "127.0.0.1"  # the relay URL's host names the community
+
+
+def settle() -> None:
+    """Let the relay's fence pass our last write. A round covers stamps below its T, and the
+    relay may reuse a fence read up to a second ago (PROTOCOL.md section 5): a round started
+    sooner may leave the write to the next round, as the protocol allows."""
+    time.sleep(1.1)
+
+
+def catch_up(syncer: Syncer, expected: dict[str, str], rounds: int = 8) -> list[RoundSummary]:
+    """Rounds until the collection is `expected` (usually one). A round's fence also stops at
+    the oldest open transaction of the database, so one that started before our write and is
+    still open (the relay's own bookkeeping, say) leaves the write to a later round."""
+    settle()
+    done = []
+    for _ in range(rounds):
+        done.append(syncer.run_round())
+        if syncer.heads() == expected:
+            return done
+        time.sleep(0.5)
+    raise AssertionError(f"collection never caught up: {done}")
+
+
+def totals(summaries: list[RoundSummary]) -> tuple[int, int, int, int]:
+    """(added, updated, removed, resets) over rounds: each change is counted once, however
+    many rounds re-deliver it."""
+    return (
+        sum(s.added for s in summaries), sum(s.updated for s in summaries),
+        sum(s.removed for s in summaries), sum(s.resets for s in summaries),
+    )
+
+
+class World:
+    """A community with an author, a reader and three channels of artifacts."""
+
+    def __init__(self) -> None:
+        self.community: Community = make_community(host=HOST)
+        self.alice, self.bob = make_key(), make_key()
+        self.open_h = make_channel(self.community, owner=self.alice, name="open")
+        self.member_h = make_channel(self.community, owner=self.alice, name="team",
+                                     visibility="private", members=[self.bob])
+        self.secret_h = make_channel(self.community, owner=self.alice, name="secret",
+                                     visibility="private")
+        self.heads: dict[str, tuple[str, str]] = {}  # d -> (channel, head id)
+
+    def create(self, h: str, n: int = 1) -> list[str]:
+        made = []
+        for i in range(n):
+            d, head = create_artifact(self.community, self.alice, h, title=f"item {i}")
+            self.heads[d] = (h, head)
+            made.append(d)
+        return made
+
+    def update(self, d: str) -> None:
+        h, head = self.heads[d]
+        self.heads[d] = (h, update_artifact(self.community, self.alice, d, h, prev=head,
+                                            title="changed"))
+
+    def delete(self, d: str) -> None:
+        h, head = self.heads.pop(d)
+        delete_artifact(self.community, self.alice, d, h, prev=head)
+
+    def move(self, d: str, to: str) -> None:
+        _h, head = self.heads[d]
+        self.heads[d] = (to, move_artifact(self.community, self.alice, d, to, prev=head))
+
+    def readable(self, channels: set[str]) -> dict[str, str]:
+        return {d: head for d, (h, head) in self.heads.items() if h in channels}
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+@pytest.fixture
+def sync(relay_server: RelayProcess, tmp_path: Path) -> Iterator[Callable[..., Syncer]]:
+    opened: list[Syncer] = []
+
+    def make(key: Key, *, db: str = "local.sqlite", url: str | None = None,
+             **kwargs: object) -> Syncer:
+        syncer = Syncer(relay_url=url or relay_server.url, secret_hex=key.secret,
+                        db=tmp_path / db, **kwargs)  # type: ignore[arg-type]
+        opened.append(syncer)
+        return syncer
+
+    yield make
+    for syncer in opened:
+        syncer.close()
+
+
+def fresh_full_read(
+    sync: Callable[..., Syncer], key: Key, name: str, expected: dict[str, str]
+) -> dict[str, str]:
+    fresh = sync(key, db=f"fresh-{name}.sqlite")
+    assert catch_up(fresh, expected)[0].kind == "full"
+    return fresh.heads()
+
+
+def test_first_full_round_holds_exactly_what_the_reader_may_read(
+    world: World, sync: Callable[..., Syncer]
+) -> None:
+    world.create(world.open_h, 9)
+    world.create(world.member_h, 6)
+    world.create(world.secret_h, 4)
+    syncer = sync(world.bob, page_limit=4)
+    info = syncer.relay_info()
+    assert info.incremental and info.query_endpoint == "/query"
+    rounds = catch_up(syncer, world.readable({world.open_h, world.member_h}))
+    assert rounds[0].kind == "full" and rounds[0].pages >= 2
+    assert totals(rounds) == (15, 0, 0, 0)
+    # Each event is stored exactly as the relay stores it.
+    for d, event in syncer.artifacts().items():
+        stored = Event.objects.get(community=world.community, event_id=event["id"])
+        assert orjson.loads(stored.raw) == event
+        assert ["d", d] in event["tags"]
+
+
+def test_continuation_rounds_deliver_only_the_changes(
+    world: World, sync: Callable[..., Syncer]
+) -> None:
+    ds = world.create(world.open_h, 8) + world.create(world.member_h, 3)
+    syncer = sync(world.bob, page_limit=3)
+    catch_up(syncer, world.readable({world.open_h, world.member_h}))
+    world.update(ds[0])
+    world.update(ds[9])
+    world.create(world.member_h)
+    world.create(world.secret_h)  # not the reader's business
+    rounds = catch_up(syncer, world.readable({world.open_h, world.member_h}))
+    assert {r.kind for r in rounds} == {"continuation"}
+    assert totals(rounds) == (1, 2, 0, 0)
+    # The overlap (120 s) re-delivers recent changes as duplicates: applied idempotently.
+    quiet = syncer.run_round()
+    assert quiet.kind == "continuation"
+    assert (quiet.added, quiet.updated, quiet.removed, quiet.resets) == (0, 0, 0, 0)
+
+
+def test_removals_reach_the_collection(world: World, sync: Callable[..., Syncer]) -> None:
+    ds = world.create(world.open_h, 6)
+    syncer = sync(world.bob, page_limit=2)
+    catch_up(syncer, world.readable({world.open_h, world.member_h}))
+    world.delete(ds[0])
+    world.move(ds[1], world.secret_h)  # away, out of the reader's sight
+    world.move(ds[2], world.member_h)  # still readable: an update, not a removal
+    _h, head = world.heads.pop(ds[3])
+    redact(world.community, world.alice, world.open_h, head)
+    rounds = catch_up(syncer, world.readable({world.open_h, world.member_h}))
+    assert {r.kind for r in rounds} == {"continuation"}
+    assert totals(rounds) == (0, 1, 3, 0)
+    assert syncer.artifacts()[ds[2]]["tags"][2] == ["h", world.member_h]
+    expected = world.readable({world.open_h, world.member_h})
+    assert fresh_full_read(sync, world.bob, "removals", expected) == syncer.heads()
+
+
+def test_a_visibility_change_resets_and_the_collection_follows(
+    world: World, sync: Callable[..., Syncer]
+) -> None:
+    world.create(world.open_h, 5)
+    world.create(world.member_h, 2)
+    syncer = sync(world.bob, page_limit=3)
+    catch_up(syncer, world.readable({world.open_h, world.member_h}))
+    write(world.community, world.alice, 9002, [["h", world.open_h], ["private"]])
+    closed = catch_up(syncer, world.readable({world.member_h}))
+    assert closed[0].kind == "full"  # the reset page started a new (staged) full round
+    assert totals(closed) == (0, 0, 5, 1)
+
+    add_member(world.community, world.open_h, world.bob)  # the reader's own grant resets too
+    granted = catch_up(syncer, world.readable({world.open_h, world.member_h}))
+    assert totals(granted) == (5, 0, 0, 1)
+    expected = world.readable({world.open_h, world.member_h})
+    assert fresh_full_read(sync, world.bob, "visibility", expected) == syncer.heads()
+
+
+def _wait_for_capability(syncer: Syncer, present: bool) -> None:
+    deadline = time.monotonic() + 30
+    while syncer.relay_info().incremental != present:
+        assert time.monotonic() < deadline, f"capability never became {present}"
+        time.sleep(0.3)
+
+
+def test_without_the_capability_rounds_are_full_until_it_returns(
+    world: World, sync: Callable[..., Syncer]
+) -> None:
+    ds = world.create(world.open_h, 5)
+    syncer = sync(world.bob, page_limit=2)
+    catch_up(syncer, world.readable({world.open_h, world.member_h}))
+    index = "artifact_heads_channel"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = %s", [index]
+        )
+        definition = cursor.fetchone()[0]
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP INDEX {index}")  # readiness item 3 fails
+        forget_cached_readiness()
+        _wait_for_capability(syncer, present=False)
+        world.update(ds[0])
+        first = catch_up(syncer, world.readable({world.open_h, world.member_h}))
+        world.update(ds[1])
+        second = catch_up(syncer, world.readable({world.open_h, world.member_h}))
+        for summary in first + second:
+            # Every round started from null and read the whole collection (3 pages of 2).
+            assert (summary.kind, summary.incremental, summary.pages) == ("full", False, 3)
+        assert totals(first)[1] == totals(second)[1] == 1
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(definition.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS"))
+    _wait_for_capability(syncer, present=True)
+    assert syncer.run_round().kind == "full"  # no token of the not-ready period is continued
+    world.update(ds[2])
+    back = catch_up(syncer, world.readable({world.open_h, world.member_h}))
+    assert {r.kind for r in back} == {"continuation"}
+    assert totals(back) == (0, 1, 0, 0)
+
+
+def test_429_retry_after_is_honoured(world: World, tmp_path: Path) -> None:
+    world.create(world.open_h, 6)
+    limited = start_relay({"RELAY_RATE_LIMIT_PUBKEY_RATE": "1",
+                           "RELAY_RATE_LIMIT_PUBKEY_BURST": "2"})
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        time.sleep(seconds)
+
+    try:
+        with Syncer(relay_url=limited.url, secret_hex=world.bob.secret,
+                    db=tmp_path / "limited.sqlite", page_limit=1, sleep=sleep) as syncer:
+            started = time.monotonic()
+            summary = syncer.run_round()
+            elapsed = time.monotonic() - started
+            stats = syncer.http.stats
+            assert summary.added == 6 and summary.pages == 7
+            assert stats.rate_limited >= 3
+            # Every 429 carried Retry-After, and the client waited exactly that long.
+            assert stats.retry_after and waits == stats.retry_after
+            assert all(wait >= 1 for wait in waits)
+            assert elapsed >= sum(waits)
+            assert summary.waited == pytest.approx(sum(waits))
+    finally:
+        limited.stop()
