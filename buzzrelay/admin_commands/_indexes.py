@@ -62,19 +62,24 @@ class Progress:
     def __init__(self, stream: TextIO, *, interactive: bool | None = None) -> None:
         self.stream = stream
         self.interactive = stream.isatty() if interactive is None else interactive
-        self._last: tuple[str, str] | None = None
+        self._last: tuple[str, str, int | None] | None = None
 
-    def update(self, name: str, phase: str, fraction: float | None, detail: str = "") -> None:
+    def update(
+        self, name: str, phase: str, fraction: float | None, detail: str = "",
+        waiting_for: int | None = None,
+    ) -> None:
+        """Show one poll. In a log, a line per phase, and per transaction the build waits for
+        (`waiting_for`, a backend pid): the operator learns which session holds it up."""
         if self.interactive:
             filled = round(20 * (fraction or 0.0))
             bar = f"[{'#' * filled}{'.' * (20 - filled)}] {round(100 * (fraction or 0)):3d}%"
             text = f"  {name}  {bar}  {phase}{f' ({detail})' if detail else ''}"
             self.stream.write(f"\r\x1b[K{text}")
             self.stream.flush()
-        elif self._last != (name, phase):
+        elif self._last != (name, phase, waiting_for):
             self.stream.write(f"  {name}: {phase}{f' ({detail})' if detail else ''}\n")
             self.stream.flush()
-        self._last = (name, phase)
+        self._last = (name, phase, waiting_for)
 
     def finish(self, name: str, message: str) -> None:
         prefix = "\r\x1b[K" if self.interactive else ""
@@ -83,22 +88,23 @@ class Progress:
         self._last = None
 
 
-def _progress_of(row: Sequence[Any] | None) -> tuple[str, float | None, str]:
-    """(phase, fraction of the phase done, detail) from one pg_stat_progress_create_index row."""
+def _progress_of(row: Sequence[Any] | None) -> tuple[str, float | None, str, int | None]:
+    """(phase, fraction of the phase done, detail, pid waited for) from one
+    pg_stat_progress_create_index row."""
     if row is None:
-        return "starting", None, ""
+        return "starting", None, "", None
     phase, lockers_total, lockers_done, locker_pid, blocks_total, blocks_done, tuples_total, \
         tuples_done = row
     if lockers_total:
         detail = f"{lockers_done}/{lockers_total} transactions"
         if locker_pid:
             detail += f", now backend pid {locker_pid}"
-        return phase, lockers_done / lockers_total, detail
+        return phase, lockers_done / lockers_total, detail, locker_pid or None
     if blocks_total:
-        return phase, blocks_done / blocks_total, f"{blocks_done}/{blocks_total} blocks"
+        return phase, blocks_done / blocks_total, f"{blocks_done}/{blocks_total} blocks", None
     if tuples_total:
-        return phase, tuples_done / tuples_total, f"{tuples_done}/{tuples_total} tuples"
-    return phase, None, ""
+        return phase, tuples_done / tuples_total, f"{tuples_done}/{tuples_total} tuples", None
+    return phase, None, "", None
 
 
 def _run_watched(

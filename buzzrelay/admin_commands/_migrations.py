@@ -117,7 +117,9 @@ def run_migrate(
     except SchemaNotReady as exc:
         return _stopped(exc, out, err)
     except (DatabaseError, psycopg.Error) as exc:
-        err.write(f"\nbuzz-admin migrate: failed: {describe_error(exc)}\n")
+        out.write("\n")
+        out.flush()
+        err.write(f"buzz-admin migrate: {describe_error(exc)}\n")
         return EXIT_FAILED
     except CommandError as exc:
         err.write(f"buzz-admin migrate: {exc}\n")
