@@ -1,0 +1,135 @@
+"""Progress tokens: authenticated, bound, compact; anything else is `InvalidProgress`."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from artifacts.tokens import (
+    InvalidProgress,
+    Phase,
+    ProgressToken,
+    RetiredToken,
+    database_tag,
+    decode_progress,
+    encode_progress,
+    token_binding,
+)
+
+KEY = "11" * 32
+OLD_KEY = "22" * 32
+OTHER_KEY = "33" * 32
+NOW = datetime(2026, 11, 3, 12, 0, 0, 123456, tzinfo=UTC)
+BINDING = token_binding(community_id=7, reader="ab" * 32, filter_digest=b"f" * 32)
+
+TOKEN = ProgressToken(
+    phase=Phase.MOVES,
+    epoch=3,
+    database=database_tag("7713803408850307179/16384"),
+    round_t=NOW,
+    watermark=NOW - timedelta(minutes=5),
+    cursor_at=NOW - timedelta(seconds=7),
+    cursor_key=bytes(range(32)),
+    view_digest=b"v" * 16,
+    view_t=NOW - timedelta(minutes=5),
+    view_fingerprint=b"p" * 8,
+    issued_at=NOW + timedelta(seconds=1),
+)
+
+
+def decode(text: str, **kwargs: object) -> ProgressToken | RetiredToken:
+    options: dict[str, object] = {"binding": BINDING, "secret": KEY, "previous_secrets": ()}
+    options.update(kwargs)
+    return decode_progress(text, **options)  # type: ignore[arg-type]
+
+
+def test_round_trip_keeps_every_field_to_the_microsecond() -> None:
+    text = encode_progress(TOKEN, binding=BINDING, secret=KEY)
+    assert decode(text) == TOKEN
+    heads = replace(TOKEN, phase=Phase.HEADS, cursor_key=b"\x01" * 16)
+    assert decode(encode_progress(heads, binding=BINDING, secret=KEY)) == heads
+    done = replace(TOKEN, phase=Phase.DONE, cursor_key=b"")
+    assert decode(encode_progress(done, binding=BINDING, secret=KEY)) == done
+
+
+def test_tokens_are_compact_url_safe_and_opaque() -> None:
+    text = encode_progress(TOKEN, binding=BINDING, secret=KEY)
+    assert len(text) < 240
+    assert set(text) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    # Nothing of the plaintext shows: not the cursor key, not the view digest.
+    assert bytes(range(32)) not in raw and b"v" * 16 not in raw
+    # Two tokens of the same state differ (random nonce), and both decode.
+    other = encode_progress(TOKEN, binding=BINDING, secret=KEY)
+    assert other != text and decode(other) == TOKEN
+
+
+def test_every_changed_character_is_refused() -> None:
+    text = encode_progress(TOKEN, binding=BINDING, secret=KEY)
+    alphabet = "AQgw_-9z"
+    for position in range(len(text)):
+        for replacement in alphabet:
+            if replacement == text[position]:
+                continue
+            tampered = text[:position] + replacement + text[position + 1 :]
+            with pytest.raises(InvalidProgress):
+                decode(tampered)
+
+
+def test_another_reader_community_or_filter_is_refused() -> None:
+    text = encode_progress(TOKEN, binding=BINDING, secret=KEY)
+    for other in (
+        token_binding(community_id=7, reader="cd" * 32, filter_digest=b"f" * 32),
+        token_binding(community_id=8, reader="ab" * 32, filter_digest=b"f" * 32),
+        token_binding(community_id=7, reader="ab" * 32, filter_digest=b"g" * 32),
+    ):
+        with pytest.raises(InvalidProgress):
+            decode(text, binding=other)
+
+
+def test_retired_key_is_recognised_for_a_reset_and_unknown_keys_are_refused() -> None:
+    old = encode_progress(TOKEN, binding=BINDING, secret=OLD_KEY)
+    assert decode(old, previous_secrets=(OTHER_KEY, OLD_KEY)) == RetiredToken("retired relay key")
+    with pytest.raises(InvalidProgress):
+        decode(old, previous_secrets=(OTHER_KEY,))
+    with pytest.raises(InvalidProgress):
+        decode(old)
+
+
+def test_older_version_resets_and_newer_version_is_refused() -> None:
+    v1 = encode_progress(TOKEN, binding=BINDING, secret=KEY, version=1)
+    assert decode(v1, current_version=2) == RetiredToken("older token version")
+    v2 = encode_progress(TOKEN, binding=BINDING, secret=KEY, version=2)
+    assert decode(v2, current_version=2) == TOKEN
+    with pytest.raises(InvalidProgress):
+        decode(v2, current_version=1)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    ["", "x", "====", "not a token", "é" * 40, "A" * 5, "A" * 400, "A" * 10_000, "AAAA\n", "/+/+"],
+)
+def test_garbage_is_refused(garbage: str) -> None:
+    with pytest.raises(InvalidProgress):
+        decode(garbage)
+
+
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_only_ever_raise_invalid_progress(data: bytes) -> None:
+    text = base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+    with pytest.raises(InvalidProgress):
+        decode(text)
+    if data:
+        with pytest.raises(InvalidProgress):
+            decode(base64.urlsafe_b64encode(bytes([1]) + data).rstrip(b"=").decode())
+
+
+@given(st.text(max_size=400))
+def test_arbitrary_text_only_ever_raises_invalid_progress(text: str) -> None:
+    with pytest.raises(InvalidProgress):
+        decode(text)
