@@ -13,8 +13,9 @@ import logging
 from collections.abc import Callable
 
 from django.conf import settings
+from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
 from django.db import DatabaseError, OperationalError
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from psycopg import errors as pg_errors
 
 from artifacts.selectors.communities import community_for_host
@@ -65,6 +66,9 @@ class RelayHttpMiddleware:
     def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
         if isinstance(exc, DatabaseError):
             return self._database_failure(exc)
+        if isinstance(exc, Http404 | PermissionDenied | BadRequest | SuspiciousOperation):
+            # Django's own answers (the admin's 403 for a read-only model's add page): not errors.
+            return None
         logger.exception("unhandled error on %s %s", request.method, request.path)
         return json_error(500, "internal_error", "the relay failed to answer; it was logged")
 

@@ -1,0 +1,78 @@
+"""Round metrics: in-process counts flushed to the shared cache per minute, and /metrics."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.core.cache import cache
+from django.test import Client
+
+from artifacts.models import Community
+from relayinfo import metrics
+from tests.relayinfo.conftest import transactional
+
+
+@pytest.fixture(autouse=True)
+def _empty_buckets() -> None:
+    metrics.flush_metrics()
+    now = metrics._minute(time.time())
+    names = (*metrics.COUNTERS, *metrics.MAXIMA)
+    cache.delete_many([metrics._key(m, name) for m in range(now - 70, now + 2) for name in names])
+
+
+def test_pages_resets_rounds_rows_and_fence_lag_are_counted() -> None:
+    before = metrics.process_totals()
+    metrics.record_round(reset=True, rows=100, fence_lag_ms=4.0, more=True)
+    metrics.record_round(reset=False, rows=40, fence_lag_ms=250.0, more=True)
+    metrics.record_round(reset=False, rows=10, fence_lag_ms=1.5, more=False)
+    traffic = metrics.round_traffic(minutes=60)
+    assert len(traffic.per_minute) == 60
+    assert (traffic.pages, traffic.resets, traffic.rounds, traffic.rows) == (3, 1, 1, 150)
+    assert traffic.rows_per_page == pytest.approx(50.0)
+    assert traffic.rows_max == 100
+    assert traffic.fence_max_ms == pytest.approx(250.0)
+    assert traffic.fence_avg_ms == pytest.approx((4.0 + 250.0 + 1.5) / 3)
+    assert traffic.pages_per_minute == pytest.approx(3 / 60)
+    after = metrics.process_totals()
+    assert after.pages - before.pages == 3
+    assert after.resets - before.resets == 1
+    assert after.rows - before.rows == 150
+    # Cumulative histogram: 1.5 ms fits every bucket, 250 ms only those from 500 ms up.
+    delta = {
+        bound: count - earlier
+        for (bound, count), (_, earlier) in zip(
+            after.fence_buckets, before.fence_buckets, strict=True
+        )
+    }
+    assert delta[1.0] == 0 and delta[5.0] == 2 and delta[100.0] == 2 and delta[500.0] == 3
+
+
+def test_counts_of_every_process_add_up_in_the_shared_buckets() -> None:
+    metrics.record_round(reset=False, rows=7, fence_lag_ms=1.0)
+    metrics.flush_metrics()
+    # Another process flushing into the same minute (its own counts, same keys).
+    minute = metrics._minute(time.time())
+    metrics._flush_bucket(minute, metrics._Minute(pages=2, rows=5, rows_max=3, fence_max_us=9000))
+    traffic = metrics.round_traffic(minutes=5)
+    assert (traffic.pages, traffic.rows, traffic.rows_max) == (3, 12, 7)
+    assert traffic.fence_max_ms == pytest.approx(9.0)
+
+
+@transactional
+def test_metrics_endpoint_is_prometheus_text_on_any_host(community: Community) -> None:
+    metrics.record_round(reset=True, rows=3, fence_lag_ms=2.0, more=False)
+    response = Client().get("/metrics", HTTP_HOST="10.0.0.7:9100")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+    lines = response.content.decode().splitlines()
+    assert "buzz_deployment_ready 1" in lines
+    assert 'buzz_readiness_check{item="3",check="indexes"} 1' in lines
+    assert any(line.startswith("buzz_sync_epoch ") for line in lines)
+    assert any(line.startswith("buzz_incremental_pages_total ") for line in lines)
+    assert 'buzz_fence_lag_milliseconds_bucket{le="+Inf"}' in " ".join(lines)
+    assert any(line.startswith("buzz_fleet_rounds_per_minute ") for line in lines)
+    # Every sample line is `name{labels} value` with a number for value.
+    for line in lines:
+        if not line.startswith("#"):
+            float(line.rsplit(" ", 1)[1])
