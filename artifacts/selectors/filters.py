@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
+from django.conf import settings
 
 from nostr.events import is_canonical_uuid
 from nostr.jsonstrict import StrictJSONError, is_int, loads_strict
 
 ARTIFACT_KIND = 45010
 DEFAULT_LIMIT = 100
-MAX_LIMIT = 1000
+# The largest `limit` is settings.RELAY_MAX_LIMIT, the value NIP-11 announces (read per request).
 MAX_OFFSET = 10_000
 MAX_TAG_NAMES = 32
 # Across all predicates of the filter (the protocol gives one figure per filter).
@@ -102,7 +103,7 @@ def parse_filter(raw: Any) -> QueryFilter:
         raise InvalidFilter(f'"kinds" must be [{ARTIFACT_KIND}]')
     if "kinds" in raw and not is_int(raw["kinds"][0]):
         raise InvalidFilter(f'"kinds" must be [{ARTIFACT_KIND}]')
-    limit = _int_in(raw, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    limit = _int_in(raw, "limit", DEFAULT_LIMIT, 1, settings.RELAY_MAX_LIMIT)
     offset = _int_in(raw, "offset", 0, 0, MAX_OFFSET)
     incremental = "progress" in raw
     progress = raw.get("progress")

@@ -129,14 +129,15 @@ def read_page(
     overlap: timedelta | None = None,
     token_max_age: timedelta | None = None,
     fence_max_age: float = CACHE_SECONDS,
+    scan_budget: int = SCAN_BUDGET,
     before_snapshot: Callable[[], None] | None = None,
     alias: str = "default",
 ) -> Page:
     """Serve one page of an incremental read.
 
     `ready`: the deployment's readiness verdict (relayinfo.readiness); when False every round
-    is a full round. `before_snapshot` runs between the fence read and the page's snapshot
-    (tests inject a commit there).
+    is a full round. `scan_budget`: candidate rows the page may examine. `before_snapshot` runs
+    between the fence read and the page's snapshot (tests inject a commit there).
     """
     community_id, reader, query = request.community_id, request.reader, request.query
     decoded = request.decoded
@@ -201,7 +202,7 @@ def read_page(
         if token is None:
             view_digest = digest or fresh_view()
             round_t, watermark = fence, _ORIGIN
-            walk = _Walk(Phase.FULL, _ORIGIN, None, query.limit)
+            walk = _Walk(Phase.FULL, _ORIGIN, None, query.limit, budget=scan_budget)
             view = (view_digest, fence, probe.fingerprint)
         else:
             view = (token.view_digest, token.view_t, token.view_fingerprint)
@@ -210,10 +211,13 @@ def read_page(
                 # below W would make the range run backwards; the round then covers up to W.
                 watermark = token.round_t
                 round_t = max(fence, watermark)
-                walk = _Walk(Phase.HEADS, _ORIGIN, None, query.limit)
+                walk = _Walk(Phase.HEADS, _ORIGIN, None, query.limit, budget=scan_budget)
             else:
                 round_t, watermark = token.round_t, token.watermark
-                walk = _Walk(token.phase, token.cursor_at, _key_text(token), query.limit)
+                walk = _Walk(
+                    token.phase, token.cursor_at, _key_text(token), query.limit,
+                    budget=scan_budget,
+                )
 
         params: dict[str, Any] = {
             "community": community_id,
@@ -254,7 +258,7 @@ def read_page(
         more=walk.phase is not Phase.DONE,
         reset=reset_reason is not None,
         reset_reason=reset_reason,
-        scanned=SCAN_BUDGET - walk.budget,
+        scanned=scan_budget - walk.budget,
     )
 
 

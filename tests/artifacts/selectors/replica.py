@@ -49,6 +49,7 @@ class Replica:
         *,
         ready: bool = True,
         before_snapshot: Callable[[], None] | None = None,
+        **options: Any,
     ) -> Page:
         query = parse_filter({**self.filter, "progress": self.token, "limit": limit})
         request = prepare_round(
@@ -60,6 +61,7 @@ class Replica:
             overlap=self.overlap,
             fence_max_age=0,
             before_snapshot=before_snapshot,
+            **options,
         )
         self.apply(page)
         return page
@@ -77,11 +79,13 @@ class Replica:
         self.token = page.progress
         self.pages.append(page)
 
-    def round(self, limit: int = 100, *, ready: bool = True, max_pages: int = 10_000) -> list[Page]:
+    def round(
+        self, limit: int = 100, *, ready: bool = True, max_pages: int = 10_000, **options: Any
+    ) -> list[Page]:
         """Pages until `more: false`; returns this round's pages."""
         pages = []
         for _ in range(max_pages):
-            page = self.page(limit, ready=ready)
+            page = self.page(limit, ready=ready, **options)
             pages.append(page)
             if not page.more:
                 return pages
