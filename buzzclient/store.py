@@ -156,8 +156,11 @@ class CollectionStore:
         self.path = str(path)
         try:
             # autocommit=True: the module opens no transaction by itself; each page's
-            # transaction is an explicit BEGIN IMMEDIATE ... COMMIT below.
-            self.db = sqlite3.connect(self.path, timeout=30.0, autocommit=True)
+            # transaction is an explicit BEGIN IMMEDIATE ... COMMIT below. A store may be
+            # handed to another thread (a watch loop); it is used by one thread at a time.
+            self.db = sqlite3.connect(
+                self.path, timeout=30.0, autocommit=True, check_same_thread=False
+            )
         except sqlite3.Error as exc:
             raise SyncError(f"cannot open collection database {self.path}: {exc}") from None
         self.db.row_factory = sqlite3.Row

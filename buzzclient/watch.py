@@ -87,8 +87,9 @@ class LiveHints(threading.Thread):
             raise SessionError(f"relay refused our AUTH: {answer[3] if len(answer) > 3 else ''}")
         subscriptions = self._subscribe(ws)
         self.connected.set()
-        if after_failure:
-            self._on_hint("reconnected")  # events may have been missed while disconnected
+        # Whatever changed between the last round and this subscription (or while we were
+        # disconnected) reached no live stream of ours: one round covers it.
+        self._on_hint("reconnected" if after_failure else "subscribed")
         live: set[str] = set()
         while not self._stop.is_set():
             try:
@@ -156,6 +157,12 @@ def _decode(raw: str | bytes) -> list[Any]:
     return message if isinstance(message, list) else []
 
 
+# The relay may reuse a fence read up to a second earlier (PROTOCOL.md section 5), so a round
+# started right after a live event can leave that event to the next round: a hinted round gets
+# one follow-up this much later.
+FOLLOW_UP_SECONDS = 1.2
+
+
 def watch(
     syncer: Syncer,
     *,
@@ -176,6 +183,7 @@ def watch(
     wake = threading.Event()
     hints: LiveHints | None = None
     failures = 0
+    follow_up = False
     backoff = RetryPolicy(base=max(interval, 1.0), cap=max(interval, 300.0))
 
     def hint(reason: str) -> None:
@@ -205,13 +213,28 @@ def watch(
                     hints = None
             if failures:
                 timeout = backoff.backoff(failures)
+            elif follow_up:
+                timeout = FOLLOW_UP_SECONDS
             elif hints is not None and hints.connected.is_set():
                 timeout = max(interval, safety_interval)
             else:
                 timeout = interval
-            if wake.wait(timeout) and not stop.is_set():
+            follow_up = _wait(wake, stop, timeout)
+            if follow_up:
                 stop.wait(0.2)  # let a burst of hints (one write, several events) settle
             wake.clear()
     finally:
         if hints is not None:
             hints.stop()
+
+
+def _wait(event: threading.Event, stop: threading.Event, timeout: float) -> bool:
+    """Waits for ``event`` up to ``timeout`` seconds, returning early (False) on ``stop``."""
+    deadline = time.monotonic() + timeout
+    while not stop.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        if event.wait(min(remaining, 0.25)):
+            return True
+    return False

@@ -1,0 +1,97 @@
+"""--watch: polling against a relay without `artifacts.sync` (the fake), live hints over the real
+relay's WebSocket (a `buzz-sync --watch` subprocess whose poll interval is far too long to be
+what delivers the change)."""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from buzzclient import RetryPolicy, Syncer
+from buzzclient.errors import SyncError
+from buzzclient.sync import RoundSummary
+from buzzclient.watch import watch
+from nostr.schnorr import generate_secret
+from tests.buzzclient.fake_relay import serve
+from tests.buzzclient.test_against_relay import World
+from tests.relay_server import ROOT, RelayProcess
+
+
+def test_without_live_sync_it_polls_and_rides_out_errors(tmp_path: Path) -> None:
+    reports: queue.Queue[RoundSummary] = queue.Queue()
+    errors: list[SyncError] = []
+    stop = threading.Event()
+    channel = str(uuid.uuid4())
+    with serve() as relay, Syncer(relay_url=relay.url, secret_hex=generate_secret(),
+                                  db=tmp_path / "c.sqlite",
+                                  retry=RetryPolicy(max_attempts=1)) as syncer:
+        relay.create(channel, "first")
+        thread = threading.Thread(target=watch, args=(syncer,), kwargs={
+            "interval": 0.2, "report": reports.put, "on_error": errors.append, "stop": stop})
+        thread.start()
+        try:
+            assert reports.get(timeout=10).added == 1
+            relay.script = [(503, {}, {"error": "budget_exceeded"})]
+            relay.create(channel, "second")
+            while (summary := reports.get(timeout=10)).added == 0:
+                pass
+            assert summary.added == 1
+            assert len(errors) == 1 and "busy" in str(errors[0])
+            assert syncer.heads() == relay.readable()
+        finally:
+            stop.set()
+            thread.join(10)
+        assert not thread.is_alive()
+
+
+def _lines(stream: object, into: queue.Queue[str]) -> None:
+    for line in stream:  # type: ignore[attr-defined]
+        into.put(line.rstrip("\n"))
+
+
+def _next_summary(lines: queue.Queue[str], pattern: str, timeout: float) -> list[str]:
+    deadline, seen = time.monotonic() + timeout, []
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        seen.append(line)
+        if pattern in line:
+            return seen
+    raise AssertionError(f"no {pattern!r} within {timeout} s; saw {seen}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_live_events_trigger_rounds(relay_server: RelayProcess, tmp_path: Path) -> None:
+    world = World()
+    world.create(world.open_h, 3)
+    key_file = tmp_path / "bob.key"
+    key_file.write_text(world.bob.secret)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "buzzclient.cli", "--relay", relay_server.url, "--key-file",
+         str(key_file), "--db", str(tmp_path / "w.sqlite"), "--watch", "--interval", "600"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_lines, args=(child.stdout, lines), daemon=True).start()
+    try:
+        _next_summary(lines, "+3 added", timeout=30)
+        # Startup: the live subscription's own round and its follow-up come and go; after
+        # that only a live event can start a round before the 600 s poll.
+        time.sleep(3)
+        d = world.create(world.member_h)[0]
+        _next_summary(lines, "+1 added", timeout=10)
+        world.delete(d)
+        _next_summary(lines, "-1 removed", timeout=10)
+    finally:
+        child.terminate()
+        child.wait(10)
+    assert child.returncode in (130, -15), child.stderr.read() if child.stderr else ""
