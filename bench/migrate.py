@@ -209,11 +209,19 @@ def run(args: argparse.Namespace, url: str, heads: int) -> int:
         table.append([label, f"{seconds:.2f}", len(window),
                       f"{longest:.1f}" if longest is not None else "-",
                       f"{p99:.1f}" if p99 is not None else "-"])
+    with psycopg.connect(url) as conn:
+        sizes = conn.execute(
+            "SELECT relname, pg_size_pretty(pg_relation_size(oid)) FROM pg_class "
+            "WHERE relname = ANY(%s)", [[spec.name for spec in INDEXES]],
+        ).fetchall()
+    size_of: dict[str, str] = dict(sizes)
     all_latencies = [seconds for _, seconds in writer.latencies]
     print()
     print_table(["step", "seconds", "writer txns", "writer max ms", "writer p99 ms"], table,
                 title=f"Runbook on {args.revisions:,} revisions / {heads:,} heads "
                       f"(PostgreSQL {server_version(url)})")
+    print()
+    print_table(["index", "size"], [[spec.name, size_of.get(spec.name)] for spec in INDEXES])
     print(f"\nWriter: {len(all_latencies)} transactions, longest {max(all_latencies) * 1000:.1f} "
           f"ms, median {statistics.median(all_latencies) * 1000:.1f} ms, errors: "
           f"{len(writer.errors)}{' (' + writer.errors[0] + ')' if writer.errors else ''}")
