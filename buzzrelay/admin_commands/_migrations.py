@@ -24,7 +24,12 @@ from artifacts.schema import (
     inspect_schema,
 )
 from buzzrelay.admin_commands._indexes import Progress, build_indexes
-from buzzrelay.admin_commands._pg import describe_error, migration_lock, sqlstate
+from buzzrelay.admin_commands._pg import (
+    describe_error,
+    django_connection_named,
+    migration_lock,
+    sqlstate,
+)
 from buzzrelay.admin_commands._tables import print_table
 
 EXIT_OK = 0
@@ -95,6 +100,24 @@ def run_migrate(
     err: TextIO = sys.stderr,
 ) -> int:
     """The whole of `buzz-admin migrate [--build-indexes]`; returns the exit code."""
+    with django_connection_named("migrate"):
+        return _run_migrate(
+            app_label=app_label, migration_name=migration_name,
+            with_index_builds=with_index_builds, fake_initial=fake_initial,
+            lock_retries=lock_retries, out=out, err=err,
+        )
+
+
+def _run_migrate(
+    *,
+    app_label: str | None,
+    migration_name: str | None,
+    with_index_builds: bool,
+    fake_initial: bool,
+    lock_retries: int,
+    out: TextIO,
+    err: TextIO,
+) -> int:
     from django.core.management import CommandError
     from django.db import DatabaseError, connection
 

@@ -14,6 +14,8 @@ from typing import Any, TextIO
 
 import psycopg
 
+from buzzrelay import VERSION
+
 # Django-only keys of DATABASES[...]["OPTIONS"] that libpq would reject.
 _DJANGO_OPTIONS = {"pool", "isolation_level", "server_side_binding", "assume_role", "context",
                    "cursor_factory"}
@@ -43,15 +45,44 @@ def database_label() -> str:
     return f"{kwargs['dbname']} on {kwargs.get('host', 'localhost')}:{kwargs.get('port', 5432)}"
 
 
-def connect(purpose: str) -> psycopg.Connection[Any]:
-    """A new autocommit session named `buzz-admin <purpose>` in pg_stat_activity.
+def application_name(purpose: str) -> str:
+    """How buzz-admin names its sessions in pg_stat_activity: never `buzzrelay/...`.
 
-    It does not announce itself as `buzzrelay/...`: it writes no artifact data, so readiness
-    item 4 (every writer stamps) has nothing to say about it.
+    buzz-admin writes no artifact data, and an operator may run it without the fleet's relay key:
+    announcing `buzzrelay/... key=<another key>` would fail readiness item 4 (one key) for the
+    whole deployment while it runs.
     """
+    return f"buzz-admin/{VERSION} {purpose}"
+
+
+def connect(purpose: str) -> psycopg.Connection[Any]:
+    """A new autocommit session, named for `purpose` (see application_name)."""
     kwargs = connection_kwargs()
-    kwargs["application_name"] = f"buzz-admin {purpose}"
+    kwargs["application_name"] = application_name(purpose)
     return psycopg.connect(autocommit=True, **kwargs)
+
+
+@contextmanager
+def django_connection_named(purpose: str) -> Iterator[None]:
+    """Django's default connection, named for `purpose` within the block (see application_name).
+
+    The name is part of the connection parameters, so the connection is closed on the way in
+    and out: the quickstart serves from the same process afterwards, under the relay's name.
+    """
+    from django.db import connection
+
+    options = connection.settings_dict.setdefault("OPTIONS", {})
+    previous = options.get("application_name")
+    connection.close()
+    options["application_name"] = application_name(purpose)
+    try:
+        yield
+    finally:
+        connection.close()
+        if previous is None:
+            options.pop("application_name", None)
+        else:
+            options["application_name"] = previous
 
 
 def describe_error(exc: BaseException) -> str:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from artifacts.schema import MIGRATION_0076, MIGRATION_0077, MIGRATION_0078
+from buzzrelay import VERSION
 from buzzrelay.admin_commands._pg import MIGRATION_LOCK_KEY
 from tests.artifacts.migrations.scratch import (
     Scratch,
@@ -58,8 +60,21 @@ def test_two_concurrent_migrate_runs_do_not_interleave(db: Scratch) -> None:
         holder.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
         runs = [db.start_buzz_admin("migrate") for _ in range(2)]
         wait_until(lambda: _advisory_waiters(db) == 2, timeout=60, what="both runs to wait")
+        waiting = db.sql("SELECT application_name FROM pg_stat_activity WHERE pid <> %s "
+                         "AND pid <> pg_backend_pid() AND datname = current_database()",
+                         [holder.info.backend_pid])
+        assert sorted(waiting) == [(f"buzz-admin/{VERSION} migration lock",)] * 2
         holder.execute("SELECT pg_advisory_unlock(%s)", [MIGRATION_LOCK_KEY])
+        # While they run, buzz-admin never announces itself as a relay (readiness item 4).
+        seen: set[str] = set()
+        while any(run.poll() is None for run in runs):
+            seen |= {name for (name,) in holder.execute(
+                "SELECT application_name FROM pg_stat_activity WHERE datname = current_database()"
+            ).fetchall()}
+            time.sleep(0.02)
         outputs = [run.communicate(timeout=240) for run in runs]
+    assert f"buzz-admin/{VERSION} migrate" in seen
+    assert not [name for name in seen if name.startswith("buzzrelay/")]
     for run, (out, err) in zip(runs, outputs, strict=True):
         assert run.returncode == 0, out + err
         assert "waiting for the migration lock" in out
