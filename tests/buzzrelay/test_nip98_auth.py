@@ -1,0 +1,120 @@
+"""NIP-98 on Django requests: the public URL, replay claims in Redis and in PostgreSQL."""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+
+import orjson
+import pytest
+from django.test import RequestFactory, override_settings
+
+from buzzrelay.nip98_auth import (
+    REPLAY_MESSAGE,
+    AuthenticationFailed,
+    authenticate_request,
+    claim_auth_event,
+    unauthorized_response,
+)
+from relayinfo.models import AuthReplayClaim
+from tests.factories import make_key, nip98_header
+
+UNREACHABLE_REDIS = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        # Nothing listens on port 1: a real Redis that is down, not a mock.
+        "LOCATION": "redis://127.0.0.1:1/0",
+        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.5, "SOCKET_TIMEOUT": 0.5},
+    }
+}
+
+
+def _request(authorization: str, body: bytes = b'{"x":1}', path: str = "/event") -> object:
+    return RequestFactory().post(
+        path, data=body, content_type="application/json", HTTP_HOST="team.example",
+        HTTP_AUTHORIZATION=authorization,
+    )
+
+
+def _event_id(header: str) -> str:
+    return str(orjson.loads(base64.b64decode(header.split()[1]))["id"])
+
+
+def _signed(body: bytes = b'{"x":1}') -> tuple[str, str]:
+    key = make_key()
+    return key.pubkey, nip98_header(key, "http://team.example/event", "POST", body)
+
+
+@pytest.mark.django_db
+def test_a_valid_header_authenticates_its_signer_once() -> None:
+    pubkey, header = _signed()
+    assert authenticate_request(_request(header)) == pubkey  # type: ignore[arg-type]
+    with pytest.raises(AuthenticationFailed) as refused:
+        authenticate_request(_request(header))  # type: ignore[arg-type]
+    assert refused.value.reason == REPLAY_MESSAGE
+    assert "replay" in REPLAY_MESSAGE and "nonce" in REPLAY_MESSAGE
+
+
+@pytest.mark.django_db
+def test_the_body_must_match_the_payload_tag() -> None:
+    _, header = _signed(b'{"x":1}')
+    with pytest.raises(AuthenticationFailed, match="payload"):
+        authenticate_request(_request(header, body=b'{"x":2}'))  # type: ignore[arg-type]
+
+
+@pytest.mark.django_db
+def test_claims_in_redis_do_not_touch_postgresql() -> None:
+    AuthReplayClaim.objects.all().delete()
+    event_id = uuid.uuid4().hex * 2
+    assert claim_auth_event(event_id, expires_at=int(time.time()) + 60)
+    assert not claim_auth_event(event_id, expires_at=int(time.time()) + 60)
+    assert not AuthReplayClaim.objects.filter(event_id=event_id).exists()
+
+
+@pytest.mark.django_db
+def test_replay_is_refused_while_redis_is_unavailable_and_after_it_returns() -> None:
+    pubkey, header = _signed()
+    with override_settings(CACHES=UNREACHABLE_REDIS):
+        started = time.monotonic()
+        assert authenticate_request(_request(header)) == pubkey  # type: ignore[arg-type]
+        with pytest.raises(AuthenticationFailed, match="replay"):
+            authenticate_request(_request(header))  # type: ignore[arg-type]
+        # The breaker stops paying the connect timeout on every request.
+        for _ in range(20):
+            _, other = _signed()
+            authenticate_request(_request(other))  # type: ignore[arg-type]
+        assert time.monotonic() - started < 3
+    claim = AuthReplayClaim.objects.get(event_id=_event_id(header))
+    assert claim.expires_at.timestamp() > time.time() + 60
+    # Redis is back: an id claimed in PostgreSQL during the outage is still refused.
+    with pytest.raises(AuthenticationFailed, match="replay"):
+        authenticate_request(_request(header))  # type: ignore[arg-type]
+
+
+@pytest.mark.django_db
+@override_settings(CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}})
+def test_without_redis_claims_go_to_postgresql_which_every_instance_shares() -> None:
+    pubkey, header = _signed()
+    assert authenticate_request(_request(header)) == pubkey  # type: ignore[arg-type]
+    assert AuthReplayClaim.objects.count() >= 1
+    with pytest.raises(AuthenticationFailed, match="replay"):
+        authenticate_request(_request(header))  # type: ignore[arg-type]
+
+
+@pytest.mark.django_db
+@override_settings(CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}})
+def test_an_expired_postgresql_claim_can_be_taken_again() -> None:
+    event_id = "e" * 64
+    long_ago = int(time.time()) - 3600
+    assert claim_auth_event(event_id, expires_at=long_ago)
+    assert claim_auth_event(event_id, expires_at=long_ago)
+    assert claim_auth_event(event_id, expires_at=int(time.time()) + 60)
+    assert not claim_auth_event(event_id, expires_at=int(time.time()) + 60)
+
+
+def test_unauthorized_response_shape() -> None:
+    response = unauthorized_response("auth event has no u tag")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Nostr"
+    assert response.content == b'{"error":"unauthorized","message":"auth event has no u tag"}'
