@@ -74,6 +74,7 @@ class RoundSummary:
     resets: int = 0  # pages that reset a round the client did not start as a full round
     seconds: float = 0.0
     waited: float = 0.0  # seconds spent honouring 429 / backing off from 503
+    relay_seconds: float = 0.0  # of `seconds`, waiting for /query answers (retries included)
 
     @property
     def added(self) -> int:
@@ -129,9 +130,11 @@ class Round:
         request: dict[str, Any] = {"artifact": "current", **syncer.filter.predicates()}
         request["limit"] = min(syncer.page_limit or self.info.max_limit, self.info.max_limit)
         request["progress"] = self.progress
+        asked = time.monotonic()
         try:
             body = syncer.http.query(request, endpoint=self.info.query_endpoint)
         except RelayRejected as exc:
+            self.summary.relay_seconds += time.monotonic() - asked
             if exc.code != "invalid_progress" or self.progress is None or self._token_refused:
                 raise
             # The relay cannot read our token (its key changed beyond rotation, or the file
@@ -142,6 +145,7 @@ class Round:
             self.summary.kind = "full"
             self.summary.resets += 1
             return self.step()
+        self.summary.relay_seconds += time.monotonic() - asked
         page = parse_page(body, verify=syncer.verify)
         applied = syncer.store.apply_page(
             syncer.collection_id,

@@ -163,6 +163,16 @@ class RelayHttp:
         body = orjson.dumps([filter_])
         return self._send("POST", endpoint, body).content
 
+    def publish(self, event: dict[str, Any]) -> tuple[bool, str]:
+        """``POST /event`` (PROTOCOL.md section 4): ``(accepted, message)`` of the relay's
+        ``OK`` answer, e.g. ``(False, "restricted: ...")``. Signed NIP-98 with this key, so the
+        event's author must be this key."""
+        answer = _json_body(self._send("POST", "/event", orjson.dumps(event)))
+        if not (isinstance(answer, list) and len(answer) == 4 and answer[0] == "OK"
+                and isinstance(answer[2], bool) and isinstance(answer[3], str)):
+            raise ProtocolViolation(f"{self.address.base_url}/event answered {answer!r:.200}")
+        return answer[2], answer[3]
+
     def _send(self, method: str, path: str, body: bytes | None) -> httpx.Response:
         url = self.address.url(path)
         failures = rate_limited = 0

@@ -9,6 +9,7 @@ artifacts live there) and compared with the client's collection.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import pytest
 from django.db import connection
 
 from artifacts.models import Community, Event
-from buzzclient import RoundSummary, Syncer
+from buzzclient import RelayAddress, RelayHttp, RoundSummary, Syncer
+from nostr.events import sign_event
 from relayinfo.readiness import forget_cached_readiness
 from tests.factories import (
     Key,
@@ -279,3 +281,27 @@ def test_429_retry_after_is_honoured(world: World, tmp_path: Path) -> None:
             assert summary.waited == pytest.approx(sum(waits))
     finally:
         limited.stop()
+
+
+def test_publish_posts_signed_events_and_returns_the_ok_answer(
+    world: World, relay_server: RelayProcess, sync: Callable[..., Syncer]
+) -> None:
+    d = str(uuid.uuid4())
+    tags = [["ar", "1"], ["d", d], ["h", world.open_h], ["type", "buzz.note"], ["op", "create"],
+            ["title", "from the client"]]
+    address = RelayAddress.parse(relay_server.url)
+    with RelayHttp(address, world.alice.secret) as alice:
+        event = sign_event(world.alice.secret, kind=45010, tags=tags, content="{}")
+        assert alice.publish(event) == (True, "")
+        accepted, message = alice.publish(event)
+        assert accepted and message.startswith("duplicate:")
+    with RelayHttp(address, world.bob.secret) as bob:
+        tags[1] = ["d", str(uuid.uuid4())]
+        tags[2] = ["h", world.secret_h]
+        accepted, message = bob.publish(
+            sign_event(world.bob.secret, kind=45010, tags=tags, content="{}")
+        )
+        assert not accepted and message.startswith("restricted:")
+    syncer = sync(world.bob)
+    catch_up(syncer, {d: event["id"]})
+    assert syncer.artifacts()[d] == event
