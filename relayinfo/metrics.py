@@ -15,12 +15,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from django.core.cache import cache
 
 logger = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 5.0
+# After a failed flush (the cache is down) no flush is tried for this long: a page must never
+# wait on socket timeouts to count itself.
+BACKOFF_SECONDS = 30.0
 BUCKET_TTL_SECONDS = 2 * 3600
 KEY_PREFIX = "buzz:metrics:v1"
 # Counters summed across processes; rows and fence lag are kept in integer microseconds or rows.
@@ -57,6 +61,7 @@ _lock = threading.Lock()
 _pending: dict[int, _Minute] = {}
 _totals = _Totals()
 _last_flush = 0.0
+_down_until = 0.0
 
 
 def _minute(now: float) -> int:
@@ -93,23 +98,26 @@ def record_round(
         if more is False:
             bucket.rounds += 1
             _totals.rounds += 1
-        due = now - _last_flush >= FLUSH_SECONDS or len(_pending) > 1
+        due = (now - _last_flush >= FLUSH_SECONDS or len(_pending) > 1) and now >= _down_until
     if due:
         flush_metrics()
 
 
 def flush_metrics() -> None:
     """Add this process's pending counts to the shared per-minute buckets."""
-    global _last_flush
+    global _last_flush, _down_until
     with _lock:
         pending = dict(_pending)
         _pending.clear()
         _last_flush = time.time()
-    for minute, bucket in pending.items():
+    for minute, bucket in sorted(pending.items()):
         try:
             _flush_bucket(minute, bucket)
-        except Exception as exc:  # the cache is down: metrics are best effort
-            logger.warning("metrics flush failed: %s", exc)
+        except Exception as exc:  # the cache is down: metrics are best effort, counts dropped
+            logger.warning("metrics flush failed, pausing flushes: %s", exc)
+            with _lock:
+                _down_until = time.time() + BACKOFF_SECONDS
+            return
 
 
 def _key(minute: int, name: str) -> str:
@@ -209,15 +217,17 @@ class RoundTraffic:
 
 def round_traffic(*, minutes: int = 60) -> RoundTraffic:
     """Read the shared buckets of the last `minutes` (this process's pending counts included)."""
-    flush_metrics()
-    now_minute = _minute(time.time())
+    values: dict[str, Any] = {}
+    now = time.time()
+    now_minute = _minute(now)
     span = range(now_minute - minutes + 1, now_minute + 1)
-    keys = [_key(m, name) for m in span for name in (*COUNTERS, *MAXIMA)]
-    try:
-        values = cache.get_many(keys)
-    except Exception as exc:
-        logger.warning("metrics read failed: %s", exc)
-        values = {}
+    if now >= _down_until:
+        flush_metrics()
+        keys = [_key(m, name) for m in span for name in (*COUNTERS, *MAXIMA)]
+        try:
+            values = cache.get_many(keys)
+        except Exception as exc:
+            logger.warning("metrics read failed: %s", exc)
     rows = []
     for m in span:
         def get(name: str, minute: int = m) -> int:

@@ -39,10 +39,10 @@ def community(request: pytest.FixtureRequest) -> Community:
 
 
 def nip11(host: str = HOST, accept: str | None = NOSTR_JSON, path: str = "/") -> Any:
-    headers = {"HTTP_HOST": host}
+    extra: dict[str, Any] = {"HTTP_HOST": host}
     if accept is not None:
-        headers["HTTP_ACCEPT"] = accept
-    return Client().get(path, **headers)
+        extra["HTTP_ACCEPT"] = accept
+    return Client().get(path, **extra)
 
 
 def advertised(host: str = HOST) -> bool:

@@ -76,3 +76,28 @@ def test_metrics_endpoint_is_prometheus_text_on_any_host(community: Community) -
     for line in lines:
         if not line.startswith("#"):
             float(line.rsplit(" ", 1)[1])
+
+
+DEAD_REDIS = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": "redis://127.0.0.1:1/0",
+        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.5, "SOCKET_TIMEOUT": 0.5},
+    }
+}
+
+
+def test_pages_never_wait_on_a_cache_that_is_down() -> None:
+    from django.test import override_settings
+
+    with override_settings(CACHES=DEAD_REDIS):
+        metrics.record_round(reset=False, rows=1, fence_lag_ms=1.0)
+        metrics.flush_metrics()  # fails, and pauses flushing
+        started = time.perf_counter()
+        for _ in range(1000):
+            metrics.record_round(reset=False, rows=1, fence_lag_ms=1.0)
+        assert time.perf_counter() - started < 0.5
+        assert metrics.round_traffic(minutes=5).pages == 0  # nothing readable, no error
+    metrics._down_until = 0.0
+    metrics.flush_metrics()
+    assert metrics.round_traffic(minutes=5).pages >= 1000
