@@ -109,7 +109,9 @@ class Round:
         self.info = info
         state = syncer.store.state(syncer.collection_id)
         self.version = state.version
-        resumable = state.round_open or (state.complete and state.continuable)
+        # Only tokens obtained while the capability was advertised are ever sent again, be
+        # they a finished round's (continuation) or an interrupted round's (resumption).
+        resumable = state.continuable and (state.round_open or state.complete)
         if info.incremental and resumable and state.progress is not None:
             self.progress: str | None = state.progress
             staged = state.round_open and state.target_slot != state.live_slot
