@@ -18,3 +18,11 @@ from __future__ import annotations
 from django.dispatch import Signal
 
 events_committed = Signal()
+
+# Sent after the commit of every write that changed who can read what: membership (grant,
+# rejoin, role change, removal), a channel's creation, visibility, deletion, restore, archive or
+# unarchive (`channel_ids`: the channels, as strings), or the community's policy or admin list
+# (`channel_ids=None`: the whole community). Operators' changes store no event, so this is how
+# the live layer hears of them; for changes made by events it is sent alongside
+# `events_committed`. Arguments: `community_id: int`, `channel_ids: list[str] | None`.
+access_changed = Signal()

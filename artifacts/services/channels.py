@@ -46,7 +46,7 @@ def channel_create(
     if visibility not in Visibility.values:
         raise Invalid("visibility must be open or private")
     text_value(name, "name", max_chars=MAX_NAME_CHARS)
-    with write_transaction(community_id=community_id), connection.cursor() as cursor:
+    with write_transaction(community_id=community_id) as ctx, connection.cursor() as cursor:
         lock_community(community_id)
         cursor.execute(
             "INSERT INTO channels (community_id, channel_id, name, visibility, created_by,"
@@ -57,6 +57,7 @@ def channel_create(
         if cursor.fetchone() is None:
             raise Invalid("channel id is taken")
         bump_listing(community_id, stamp=False)
+        ctx.access_changed(channel_id)
         if created_by:
             member_put(
                 community_id=community_id,
@@ -81,7 +82,7 @@ def channel_update(
         raise Invalid("visibility must be open or private")
     if name is not None:
         text_value(name, "name", max_chars=MAX_NAME_CHARS)
-    with write_transaction(community_id=community_id), connection.cursor() as cursor:
+    with write_transaction(community_id=community_id) as ctx, connection.cursor() as cursor:
         if visibility is not None:
             lock_community(community_id)
         cursor.execute(
@@ -111,11 +112,12 @@ def channel_update(
         )
         if "visibility" in changed:
             bump_listing(community_id, stamp=True)
+            ctx.access_changed(channel_id)
         return changed
 
 
 def _listing_change(community_id: int, channel_id: UUID, assignment: str, condition: str) -> bool:
-    with write_transaction(community_id=community_id), connection.cursor() as cursor:
+    with write_transaction(community_id=community_id) as ctx, connection.cursor() as cursor:
         lock_community(community_id)
         cursor.execute(
             f"UPDATE channels SET {assignment} WHERE community_id = %s AND channel_id = %s"
@@ -131,6 +133,7 @@ def _listing_change(community_id: int, channel_id: UUID, assignment: str, condit
                 raise Invalid(f"no channel {channel_id}")
             return False
         bump_listing(community_id, stamp=True)
+        ctx.access_changed(channel_id)
         return True
 
 

@@ -103,7 +103,7 @@ def community_update_policy(
         wanted["artifact_types"] = normalize_types(artifact_types)
     if not isinstance(open_channel_creation, _Keep):
         wanted["open_channel_creation"] = bool(open_channel_creation)
-    with write_transaction(community_id=community_id):
+    with write_transaction(community_id=community_id) as ctx:
         lock_community(community_id)
         current = Community.objects.filter(pk=community_id).values(*wanted, "id").first()
         if current is None:
@@ -114,6 +114,7 @@ def community_update_policy(
         Community.objects.filter(pk=community_id).update(**{f: wanted[f] for f in changed})
         if any(field in POLICY_FIELDS for field in changed):
             bump_listing(community_id, stamp=True)
+            ctx.access_changed(None)
         return changed
 
 

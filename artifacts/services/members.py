@@ -29,7 +29,7 @@ def member_put(*, community_id: int, channel_id: UUID, pubkey: str, role: str) -
     if role not in Role.values:
         raise Invalid("role must be owner, admin or member")
     pubkey_value(pubkey, "pubkey")
-    with write_transaction(community_id=community_id), connection.cursor() as cursor:
+    with write_transaction(community_id=community_id) as ctx, connection.cursor() as cursor:
         _require_channel(cursor, community_id, channel_id)
         cursor.execute(
             "INSERT INTO channel_members AS m (community_id, channel_id, pubkey, role, joined_at,"
@@ -44,12 +44,15 @@ def member_put(*, community_id: int, channel_id: UUID, pubkey: str, role: str) -
             " RETURNING 1",
             [community_id, channel_id, pubkey, role],
         )
-        return cursor.fetchone() is not None
+        changed = cursor.fetchone() is not None
+        if changed:
+            ctx.access_changed(channel_id)
+        return changed
 
 
 def member_remove(*, community_id: int, channel_id: UUID, pubkey: str) -> bool:
     """End `pubkey`'s active membership; False when it was not an active member (no stamp)."""
-    with write_transaction(community_id=community_id), connection.cursor() as cursor:
+    with write_transaction(community_id=community_id) as ctx, connection.cursor() as cursor:
         cursor.execute(
             "UPDATE channel_members SET removed_at = statement_timestamp(),"
             " sync_modified_at = statement_timestamp()"
@@ -57,7 +60,10 @@ def member_remove(*, community_id: int, channel_id: UUID, pubkey: str) -> bool:
             " AND removed_at IS NULL RETURNING 1",
             [community_id, channel_id, pubkey],
         )
-        return cursor.fetchone() is not None
+        changed = cursor.fetchone() is not None
+        if changed:
+            ctx.access_changed(channel_id)
+        return changed
 
 
 def member_put_event(*, ctx: WriteContext, event: dict[str, Any], now: int) -> None:

@@ -26,7 +26,7 @@ from uuid import UUID
 from django.db import connection, transaction
 
 from artifacts.models import Event
-from artifacts.signals import events_committed
+from artifacts.signals import access_changed, events_committed
 
 WRITE_STATEMENT_TIMEOUT = "5s"
 # Waiting for a competing writer of the same head or channel normally takes milliseconds;
@@ -42,6 +42,16 @@ class WriteContext:
     # stamp-to-commit lag from above without asking the database for the time again.
     started: float
     stored: list[dict[str, Any]] = field(default_factory=list)
+    # Channels whose readability changed; `access_everywhere` for community-wide changes.
+    access_channels: set[str] = field(default_factory=set)
+    access_everywhere: bool = False
+
+    def access_changed(self, channel_id: UUID | None) -> None:
+        """Note a readability change of one channel (None: the whole community)."""
+        if channel_id is None:
+            self.access_everywhere = True
+        else:
+            self.access_channels.add(str(channel_id))
 
     def announce(self, *, event: dict[str, Any], raw: str, channel_id: UUID | None) -> None:
         self.stored.append(
@@ -89,6 +99,9 @@ def _after_commit(ctx: WriteContext) -> None:
     record_lag((time.monotonic() - ctx.started) * 1000.0)
     if ctx.stored:
         events_committed.send(sender=Event, community_id=ctx.community_id, events=ctx.stored)
+    if ctx.access_everywhere or ctx.access_channels:
+        channel_ids = None if ctx.access_everywhere else sorted(ctx.access_channels)
+        access_changed.send(sender=Event, community_id=ctx.community_id, channel_ids=channel_ids)
 
 
 def lock_community(community_id: int) -> None:

@@ -331,3 +331,30 @@ def test_events_committed_is_sent_after_commit_with_every_stored_event(alice: Ke
     assert orjson.loads(stored[1]["raw"]) == marker
     assert compute_event_id(marker["pubkey"], marker["created_at"], 45011, marker["tags"], "") \
         == marker["id"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_access_changed_names_the_channels_whose_readability_changed(alice: Key) -> None:
+    from artifacts.services.channels import channel_archive
+    from artifacts.services.communities import community_update_policy
+    from artifacts.signals import access_changed
+    from tests.factories import add_member, make_community
+
+    community = make_community()
+    h = make_channel(community, owner=alice)
+    heard: list[list[str] | None] = []
+
+    def receiver(sender: Any, community_id: int, channel_ids: list[str] | None, **kw: Any) -> None:
+        assert community_id == community.pk and not connection.in_atomic_block
+        heard.append(channel_ids)
+
+    access_changed.connect(receiver)
+    try:
+        create_artifact(community, alice, h)  # content, not access: nothing heard
+        channel_archive(community_id=community.pk, channel_id=uuid.UUID(h))
+        add_member(community, h, "b" * 64)
+        add_member(community, h, "b" * 64)  # no change: nothing heard
+        community_update_policy(community_id=community.pk, artifact_types=["buzz.task"])
+    finally:
+        access_changed.disconnect(receiver)
+    assert heard == [[h], [h], None]
