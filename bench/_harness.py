@@ -173,12 +173,14 @@ def run_wrk(
         command += ["-H", f"{name}: {value}"]
     if script is not None:
         command += ["-s", str(script)]
-    output = subprocess.run(command + [url], capture_output=True, text=True, check=True).stdout
+    output = subprocess.run([*command, url], capture_output=True, text=True, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
     p50 = _ms(re.search(r"\s50%\s+(\S+)", output).group(1))  # type: ignore[union-attr]
     p99 = _ms(re.search(r"\s99%\s+(\S+)", output).group(1))  # type: ignore[union-attr]
     non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
-    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output)
+    errors = re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output
+    )
     return WrkResult(
         requests_per_second=rps, p50_ms=p50, p99_ms=p99,
         non_2xx=int(non_2xx.group(1)) if non_2xx else 0,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._harness import (  # noqa: E402
+from bench._harness import (
     BENCH_HOST,
     OUT,
     SERVER_COMMANDS,

@@ -1,0 +1,410 @@
+"""Database load and serving throughput: clients continuing rounds against clients re-reading.
+
+The relay is served the way the README deploys it (`buzz-admin serve`: uvicorn, production
+settings) against PostgreSQL and Redis on this machine. Two measurements:
+
+**Load** (per N and churn): M simulated clients each keep a collection current once per
+(simulated) minute while a writer changes `churn` of the artifacts per minute. Population
+"full" runs a full round every time (what a client does without `artifacts.incremental`);
+population "continuation" continues its rounds. Time is compressed: a simulated minute lasts
+`--minute-seconds` real seconds and the relay's overlap is scaled with it (120 s of 60 s =
+2 minutes), so each continuation round re-reads the changes of about three minutes, exactly as
+it would in real time. Database work per round comes from PostgreSQL's own accounting
+(pg_stat_statements of the relay's role: calls, rows, shared buffers hit/read, execution time;
+the writer runs under another role and is not counted) and relay CPU from the server processes.
+
+**Throughput**: continuation rounds with nothing pending, every request NIP-98 signed (each
+with its own event id, pre-signed so the load generator stays cheap), driven by wrk.
+
+    bin/bootstrap bench && .venv/bin/python bench/load.py                # N = 10k, 100k
+    .venv/bin/python bench/load.py --n 1000000 --clients 4 --minutes 2
+    .venv/bin/python bench/load.py --skip-load --throughput-seconds 20    # throughput only
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psutil
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench._harness import (  # noqa: E402
+    OUT,
+    Server,
+    Services,
+    print_table,
+    relay_env,
+    run_wrk,
+    services,
+    start_server,
+)
+from bench.reads import change, seed  # noqa: E402
+from nostr.nip98 import make_nip98_header  # noqa: E402
+from nostr.schnorr import pubkey_from_secret  # noqa: E402
+
+HOST = "127.0.0.1"
+READER_SECRET = "3" * 64
+PAGE_LIMIT = 1000
+WRITER_ROLE = "buzz_bench_writer"
+
+
+@dataclass
+class Accounting:
+    calls: int = 0
+    rows: int = 0
+    buffers: int = 0
+    exec_ms: float = 0.0
+    cpu_s: float = 0.0
+
+    def per(self, rounds: int) -> dict[str, float]:
+        rounds = max(rounds, 1)
+        return {
+            "calls": self.calls / rounds, "rows": self.rows / rounds,
+            "buffers": self.buffers / rounds, "exec_ms": self.exec_ms / rounds,
+            "cpu_ms": self.cpu_s * 1000 / rounds,
+        }
+
+
+def _admin(database_url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(database_url, autocommit=True)
+
+
+def statements_snapshot(conn: psycopg.Connection[Any]) -> Accounting:
+    """The relay role's totals in pg_stat_statements (the writer's role is left out)."""
+    row = conn.execute(
+        """
+        SELECT coalesce(sum(calls), 0), coalesce(sum(rows), 0),
+               coalesce(sum(shared_blks_hit + shared_blks_read), 0),
+               coalesce(sum(total_exec_time), 0)
+          FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
+         WHERE r.rolname = current_user AND s.dbid = (
+               SELECT oid FROM pg_database WHERE datname = current_database())
+        """
+    ).fetchone()
+    assert row is not None
+    return Accounting(int(row[0]), int(row[1]), int(row[2]), float(row[3]))
+
+
+def server_cpu(server: Server) -> float:
+    try:
+        parent = psutil.Process(server.process.pid)
+        processes = [parent, *parent.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+class Reader:
+    """One simulated client: a collection (d -> event id) and its progress token."""
+
+    def __init__(self, base_url: str, secret: str) -> None:
+        import httpx
+
+        self.base_url = base_url
+        self.secret = secret
+        self.http = httpx.Client(timeout=60)
+        self.token: str | None = None
+        self.collection: dict[str, str] = {}
+
+    def round(self, *, full: bool) -> int:
+        """One complete round; returns the number of pages."""
+        progress = None if full or self.token is None else self.token
+        pages = 0
+        while True:
+            body = orjson.dumps([{"artifact": "current", "progress": progress,
+                                  "limit": PAGE_LIMIT}])
+            url = f"{self.base_url}/query"
+            header = make_nip98_header(self.secret, url=url, method="POST", body=body)
+            response = self.http.post(url, content=body, headers={
+                "Authorization": header, "Content-Type": "application/json"})
+            if response.status_code != 200:
+                raise RuntimeError(f"/query answered {response.status_code}: {response.text}")
+            page = orjson.loads(response.content)
+            pages += 1
+            if page["reset"]:
+                self.collection.clear()
+            for event in page["events"]:
+                d = next(t[1] for t in event["tags"] if t[0] == "d")
+                self.collection[d] = event["id"]
+            for removed in page["removed"]:
+                self.collection.pop(removed["d"], None)
+            progress = page["progress"]
+            if not page["more"]:
+                self.token = progress
+                return pages
+
+
+@dataclass
+class PhaseResult:
+    population: str
+    n: int
+    churn: float
+    rounds: int
+    pages: int
+    per_round: dict[str, float]
+    overruns: int
+    latencies: list[float] = field(default_factory=list)
+
+
+def run_population(
+    *, svc: Services, server: Server, community_id: int, n: int, churn: float, full: bool,
+    clients: int, minutes: int, minute_seconds: float, rng: random.Random,
+) -> PhaseResult:
+    readers = [Reader(server.url, READER_SECRET) for _ in range(clients)]
+    with ThreadPoolExecutor(clients) as pool:  # warm-up: every client holds a finished round
+        list(pool.map(lambda r: r.round(full=True), readers))
+    changes_per_minute = max(1, round(n * churn))
+    writer = psycopg.connect(svc.database_url, autocommit=True)
+    writer.execute(f"SET ROLE {WRITER_ROLE}")
+    admin = _admin(svc.database_url)
+    admin.execute("SELECT pg_stat_statements_reset()")
+    before, cpu_before = statements_snapshot(admin), server_cpu(server)
+    pages = overruns = 0
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def one(reader: Reader, delay: float) -> None:
+        nonlocal pages
+        time.sleep(delay)
+        begin = time.perf_counter()
+        count = reader.round(full=full)
+        with lock:
+            pages += count
+            latencies.append(time.perf_counter() - begin)
+
+    for _ in range(minutes):
+        started = time.monotonic()
+        with writer.cursor() as cursor:
+            change(cursor, community_id, n, changes_per_minute, rng)
+        with ThreadPoolExecutor(clients) as pool:  # spread over the minute like real clients
+            spacing = minute_seconds / clients
+            list(pool.map(one, readers, [i * spacing for i in range(clients)]))
+        spare = minute_seconds - (time.monotonic() - started)
+        if spare > 0:
+            time.sleep(spare)
+        else:
+            overruns += 1
+    after, cpu_after = statements_snapshot(admin), server_cpu(server)
+    writer.close()
+    admin.close()
+    delta = Accounting(
+        after.calls - before.calls, after.rows - before.rows, after.buffers - before.buffers,
+        after.exec_ms - before.exec_ms, cpu_after - cpu_before,
+    )
+    rounds = clients * minutes
+    return PhaseResult("full" if full else "continuation", n, churn, rounds, pages,
+                       delta.per(rounds), overruns, latencies)
+
+
+def prepare(svc: Services, n: int) -> int:
+    """Seed N artifacts for the reader; returns the community id."""
+    with _admin(svc.database_url) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [WRITER_ROLE])
+        if exists.fetchone() is None:
+            conn.execute(f"CREATE ROLE {WRITER_ROLE} SUPERUSER")
+        row = conn.execute("SELECT id FROM communities WHERE host = %s", [HOST]).fetchone()
+        assert row is not None, "setup_database creates the community"
+        community_id = int(row[0])
+        with conn.transaction(), conn.cursor() as cursor:
+            seed(cursor, community_id, n, pubkey_from_secret(READER_SECRET))
+        for table in ("artifact_heads", "artifact_revisions", "events", "channel_members"):
+            conn.execute(f"VACUUM ANALYZE {table}")
+    return community_id
+
+
+def migrate_and_community(svc: Services) -> None:
+    import subprocess
+
+    from bench._harness import VENV_BIN
+
+    env = relay_env(svc)
+    subprocess.run([str(VENV_BIN / "buzz-admin"), "migrate", "--build-indexes"], env=env,
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([str(VENV_BIN / "buzz-admin"), "community", "--host", HOST, "--name",
+                    "Bench load", "--artifacts", "on"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def serve(svc: Services, *, workers: int, overlap: int) -> Server:
+    return start_server(
+        "uvicorn", svc, workers=workers,
+        ARTIFACT_SYNC_OVERLAP_SECONDS=str(overlap),
+        RELAY_RATE_LIMIT_ADDRESS_RATE="0", RELAY_RATE_LIMIT_PUBKEY_RATE="0",
+    )
+
+
+WRK_SCRIPT = """
+local headers = {}
+for line in io.lines(os.getenv("BUZZ_HEADERS")) do headers[#headers + 1] = line end
+local body = io.open(os.getenv("BUZZ_BODY")):read("*a")
+local i = 0
+request = function()
+  i = i + 1
+  -- Past the end the ids repeat: the relay refuses replays (counted as failures).
+  if i > #headers then i = 1 end
+  return wrk.format("POST", nil, {["Authorization"] = headers[i],
+                                  ["Content-Type"] = "application/json"}, body)
+end
+"""
+
+
+def throughput(server: Server, *, seconds: int, connections: int, expected_rps: int) -> Any:
+    """Continuation rounds with nothing pending, each request signed with its own event id."""
+    reader = Reader(server.url, READER_SECRET)
+    reader.round(full=True)
+    body = orjson.dumps([{"artifact": "current", "progress": reader.token, "limit": 100}])
+    url = f"{server.url}/query"
+    count = expected_rps * (seconds + 2)
+    with tempfile.TemporaryDirectory() as tmp:
+        headers_path, body_path, script = (Path(tmp) / n for n in ("h", "b", "s.lua"))
+        body_path.write_bytes(body)
+        script.write_text(WRK_SCRIPT)
+        begin = time.perf_counter()
+        with headers_path.open("w") as out:
+            for _ in range(count):
+                out.write(make_nip98_header(READER_SECRET, url=url, method="POST",
+                                            body=body) + "\n")
+        signing = time.perf_counter() - begin
+        os.environ.update(BUZZ_HEADERS=str(headers_path), BUZZ_BODY=str(body_path))
+        result = run_wrk(url, seconds=seconds, connections=connections, script=script)
+    return result, count, signing
+
+
+def plot(results: list[PhaseResult]) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / "load.png"
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for metric, ax, label in (("buffers", axes[0], "shared buffers per round"),
+                              ("exec_ms", axes[1], "database execution ms per round")):
+        for population, colour in (("full", "#c44e52"), ("continuation", "#4c72b0")):
+            for churn, style in ((0.001, "-"), (0.01, "--")):
+                points = [(r.n, r.per_round[metric]) for r in results
+                          if r.population == population and r.churn == churn]
+                if points:
+                    ax.plot(*zip(*points, strict=True), style, marker="o", color=colour,
+                            label=f"{population}, churn {churn:.1%}/min")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("artifacts (N)")
+        ax.set_title(label)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--churn", type=float, nargs="+", default=[0.001, 0.01],
+                        help="share of the artifacts changed per minute")
+    parser.add_argument("--clients", type=int, default=6)
+    parser.add_argument("--minutes", type=int, default=3, help="simulated minutes per phase")
+    parser.add_argument("--minute-seconds", type=float, default=6.0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--skip-load", action="store_true")
+    parser.add_argument("--throughput-seconds", type=int, default=15)
+    parser.add_argument("--connections", type=int, default=32)
+    args = parser.parse_args()
+
+    overlap = max(1, round(args.minute_seconds * 2))  # 120 s of a 60 s minute
+    results: list[PhaseResult] = []
+    rng = random.Random(7)
+    with services() as svc:
+        migrate_and_community(svc)
+        if not args.skip_load:
+            for n in args.n:
+                community_id = prepare(svc, n)
+                server = serve(svc, workers=args.workers, overlap=overlap)
+                try:
+                    for churn in args.churn:
+                        for full in (True, False):
+                            results.append(run_population(
+                                svc=svc, server=server, community_id=community_id, n=n,
+                                churn=churn, full=full, clients=args.clients,
+                                minutes=args.minutes, minute_seconds=args.minute_seconds,
+                                rng=rng,
+                            ))
+                            r = results[-1]
+                            print(f"N={n} churn={churn} {r.population}: {r.per_round}",
+                                  flush=True)
+                finally:
+                    server.stop()
+            report_load(results)
+        if args.throughput_seconds:
+            if args.skip_load:
+                prepare(svc, args.n[0])
+            server = serve(svc, workers=args.workers, overlap=120)
+            try:
+                result, signed, signing = throughput(
+                    server, seconds=args.throughput_seconds, connections=args.connections,
+                    expected_rps=3000,
+                )
+            finally:
+                server.stop()
+            print(f"\nthroughput: continuation rounds with nothing pending, NIP-98 on each "
+                  f"request ({signed} requests pre-signed in {signing:.1f} s), "
+                  f"{args.workers} uvicorn workers, {args.connections} connections")
+            print_table(["rounds/s", "p50 ms", "p99 ms", "failed"],
+                        [[f"{result.requests_per_second:.0f}", f"{result.p50_ms:.1f}",
+                          f"{result.p99_ms:.1f}", result.non_2xx + result.errors]])
+    return 0
+
+
+def report_load(results: list[PhaseResult]) -> None:
+    rows = []
+    for r in results:
+        p = r.per_round
+        rows.append([r.n, f"{r.churn:.1%}", r.population, r.rounds, r.pages / r.rounds,
+                     f"{p['calls']:.0f}", f"{p['rows']:.0f}", f"{p['buffers']:.0f}",
+                     f"{p['exec_ms']:.1f}", f"{p['cpu_ms']:.1f}",
+                     f"{statistics.median(r.latencies) * 1000:.0f}", r.overruns])
+    print("\nper round (database figures from pg_stat_statements of the relay's role)")
+    print_table(["N", "churn/min", "population", "rounds", "pages", "calls", "rows",
+                 "buffers", "db exec ms", "relay cpu ms", "p50 ms", "overruns"], rows)
+    ratios = []
+    for full in (r for r in results if r.population == "full"):
+        cont = next(r for r in results if r.population == "continuation" and r.n == full.n
+                    and r.churn == full.churn)
+        ratios.append([full.n, f"{full.churn:.1%}",
+                       f"{full.per_round['buffers'] / max(cont.per_round['buffers'], 1):.0f}x",
+                       f"{full.per_round['exec_ms'] / max(cont.per_round['exec_ms'], 1e-3):.0f}x",
+                       f"{full.per_round['cpu_ms'] / max(cont.per_round['cpu_ms'], 1e-3):.0f}x",
+                       f"{1 / (3 * full.churn):.0f}x"])
+    print("\nfull / continuation (bound: a continuation round re-reads ~3 minutes of churn, "
+          "so the ratio tends to 1 / (3 x churn))")
+    print_table(["N", "churn/min", "buffers", "db exec", "relay cpu", "bound"], ratios)
+    print(f"plot: {plot(results)}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
