@@ -11,7 +11,7 @@ import sys
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "buzzrelay.settings")
 
-from buzzrelay.config import ConfigError, load_config  # noqa: E402
+from buzzrelay.config import ConfigError, load_config
 
 try:
     load_config()
@@ -19,7 +19,7 @@ except ConfigError as exc:
     sys.stderr.write(f"configuration error: {exc}\n")
     sys.exit(2)
 
-from django.core.asgi import get_asgi_application  # noqa: E402
+from django.core.asgi import get_asgi_application
 
 django_application = get_asgi_application()
 

@@ -152,7 +152,8 @@ def _public_url(raw: str | None) -> str | None:
     parts = urlsplit(raw)
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
         raise ConfigError(
-            f"RELAY_PUBLIC_URL must be a scheme and host like https://relay.example.com (got {raw!r})"
+            "RELAY_PUBLIC_URL must be a scheme and host like https://relay.example.com "
+            f"(got {raw!r})"
         )
     return f"{parts.scheme}://{parts.netloc}".lower()
 
@@ -208,12 +209,16 @@ def read_config() -> Config:
     database = parse_database_url(database_url) if database_url else None
     redis_url = _env("REDIS_URL")
     if redis_url and urlsplit(redis_url).scheme not in ("redis", "rediss", "unix"):
-        raise ConfigError(f"REDIS_URL must start with redis://, rediss:// or unix:// (got {redis_url!r})")
+        raise ConfigError(
+            f"REDIS_URL must start with redis://, rediss:// or unix:// (got {redis_url!r})"
+        )
 
     configured = _secret("RELAY_SIGNING_KEY")
     # Without a configured key the relay still serves, but its tokens die with the process and
     # readiness item 5 fails, so incremental reads are never advertised.
-    relay_secret = _relay_secret(configured, "RELAY_SIGNING_KEY") if configured else secrets.token_hex(32)
+    relay_secret = (
+        _relay_secret(configured, "RELAY_SIGNING_KEY") if configured else secrets.token_hex(32)
+    )
     previous = tuple(
         _relay_secret(part, "RELAY_PREVIOUS_SIGNING_KEYS (each entry)")
         for part in (_env("RELAY_PREVIOUS_SIGNING_KEYS") or "").split(",")
@@ -225,7 +230,9 @@ def read_config() -> Config:
         if not debug and database is not None and configured is not None:
             # Staff sessions must survive restarts and agree across instances: derive the key
             # from the relay secret (one-way), which every instance shares.
-            secret_key = hashlib.sha256(b"buzz django SECRET_KEY\0" + bytes.fromhex(relay_secret)).hexdigest()
+            secret_key = hashlib.sha256(
+                b"buzz django SECRET_KEY\0" + bytes.fromhex(relay_secret)
+            ).hexdigest()
         else:
             secret_key = "buzz-dev-" + secrets.token_hex(16)
     return Config(
