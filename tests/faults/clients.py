@@ -24,6 +24,9 @@ from nostr.nip98 import make_nip98_header
 from nostr.schnorr import generate_secret, pubkey_from_secret
 from tests.faults.deployment import HOST
 
+# A relay reuses a fence for at most a second (PROTOCOL.md section 5); a little margin on top.
+FENCE_CACHE_SECONDS = 1.2
+
 
 class Client:
     """A pubkey talking to one relay over HTTP with NIP-98 (a fresh nonce per request).
@@ -119,7 +122,7 @@ class WsClient:
         self.url = f"ws://{host}:{port}/"
         sock = socket.create_connection((HOST, port), timeout=10)
         self.ws: ClientConnection = connect(self.url, sock=sock, open_timeout=10,
-                                            max_size=2**20)
+                                            max_size=2**20, legacy=True)
         challenge = self._expect(lambda m: m[0] == "AUTH")[1]
         for secret in secrets:
             event = make_auth_event(secret, challenge=challenge, relay_url=self.url)
@@ -207,6 +210,17 @@ class Collection:
                 return
         raise AssertionError("round did not finish")
 
+    def catch_up(self) -> None:
+        """A round that sees every write committed before this call.
+
+        A round covers stamps below its fence T, and a relay may reuse a fence for up to a
+        second (PROTOCOL.md section 5): a round started at once after a write can end before
+        it, and the write arrives in the next round. Waiting out the cached fence first makes
+        the round's T later than every write already acknowledged.
+        """
+        time.sleep(FENCE_CACHE_SECONDS)
+        self.round()
+
     def ids(self) -> dict[str, str]:
         return {d: event["id"] for d, event in self.items.items()}
 
@@ -214,5 +228,5 @@ class Collection:
 def fresh_full_read(client: Client, filter_: dict[str, Any] | None = None) -> dict[str, str]:
     """What a brand-new collection holds after one full round: {d: head event id}."""
     collection = Collection(client, dict(filter_ or {}))
-    collection.round()
+    collection.catch_up()
     return collection.ids()

@@ -1,4 +1,5 @@
-"""Each fault module gets a deployment of its own (tests/faults/deployment.py)."""
+"""One deployment (tests/faults/deployment.py) for the fault modules: each test starts the relays
+it needs and makes its own channels, so they share the servers' start-up cost (CI time)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 from tests.faults.deployment import Deployment, deployment
 
 
-@pytest.fixture(scope="module")
-def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    with deployment(tmp_path_factory.mktemp("deployment")) as created:
+@pytest.fixture(scope="session")
+def dep() -> Iterator[Deployment]:
+    with deployment("faults") as created:
         created.create_community()
         yield created

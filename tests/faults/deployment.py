@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ def _chown_for_postgres(path: Path) -> None:
 
 @dataclass
 class Relay:
-    """One relay process (the production ASGI server, as `buzz-admin serve` runs it)."""
+    """One `buzz-admin serve` process (the production ASGI server)."""
 
     process: subprocess.Popen[bytes]
     port: int
@@ -150,11 +151,7 @@ class Deployment:
             relay_env["PYTHONPATH"] = str(root)
         with log_path.open("ab") as log:
             process = subprocess.Popen(
-                # What `buzz-admin serve` runs (buzzrelay/admin_commands/serve.py), started
-                # directly so a relay of any version starts the same way.
-                [python, "-m", "uvicorn", "buzzrelay.asgi:application", "--host", HOST,
-                 "--port", str(port), "--lifespan", "off", "--log-level", "warning",
-                 "--ws-max-size", "131072", "--timeout-graceful-shutdown", "10"],
+                [python, "-m", "buzzrelay.cli", "serve", "--host", HOST, "--port", str(port)],
                 cwd=root, env=relay_env, stdout=log, stderr=subprocess.STDOUT,
             )
         relay = Relay(process, port, log_path, relay_env)
@@ -252,9 +249,15 @@ class Deployment:
 
 
 @contextlib.contextmanager
-def deployment(root: Path, *, migrate: bool = True) -> Iterator[Deployment]:
-    """A fresh PostgreSQL (migrated), Redis and community under `root`; torn down on exit."""
-    root.mkdir(parents=True, exist_ok=True)
+def deployment(name: str, *, migrate: bool = True) -> Iterator[Deployment]:
+    """A fresh PostgreSQL (migrated) and Redis in a new folder; torn down and removed on exit.
+
+    The folder is made directly under the system temp dir, not pytest's: pytest keeps its own
+    base folder private to root (0700, reset by every pytest run), which the unprivileged user
+    embedded PostgreSQL runs as could not enter.
+    """
+    root = Path(tempfile.mkdtemp(prefix=f"buzz-{name}-"))
+    root.chmod(0o755)
     postgres = ensure_postgres(root / "postgres")
     redis = start_redis()
     dep = Deployment(root=root, postgres=postgres, redis=redis)
@@ -265,3 +268,7 @@ def deployment(root: Path, *, migrate: bool = True) -> Iterator[Deployment]:
         yield dep
     finally:
         dep.close()
+        if os.environ.get("BUZZ_KEEP_FAULT_LOGS"):
+            sys.stderr.write(f"deployment kept in {root}\n")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
