@@ -140,7 +140,7 @@ def parse_event_unverified(
         [0, event["pubkey"], event["created_at"], event["kind"], event["tags"], event["content"]]
     )
     if text is not None:
-        _check_no_duplicate_keys(text, canonical)
+        _check_no_duplicate_keys(text, event, canonical)
     event_id = hashlib.sha256(canonical).digest()
     if event_id.hex() != event["id"]:
         raise InvalidEvent("bad event id")
@@ -294,16 +294,26 @@ def _check_tags(tags: object, limits: EventLimits) -> None:
                 raise InvalidEvent(f"tag value too large (max {max_bytes} bytes)")
 
 
-def _check_no_duplicate_keys(text: bytes | bytearray, canonical: bytes) -> None:
+def _check_no_duplicate_keys(
+    text: bytes | bytearray, event: dict[str, Any], canonical: bytes
+) -> None:
     """Refuse an event whose JSON text repeated a key (orjson kept the last value).
 
-    In valid JSON each ``:`` outside strings separates one key/value pair. Once the fields are
-    checked, the text holds one object with 7 pairs; keys, hex fields and numbers hold no
-    colon, so every other ``:`` lies in a tag or the content. The canonical serialization
-    holds exactly those strings, and orjson never escapes ``:``. So without duplicates the text
-    has exactly 7 colons more than the canonical form; each repeated pair adds at least one.
-    A colon written as ``\\u003a`` would hide from the count: such text takes the exact check.
+    Fast exact path: once the fields are checked the event holds only strings, integers and
+    lists, and orjson's compact output is then the shortest JSON text of it (each escape it
+    writes is forced; UTF-8 is the shortest form of any other character). A text with a
+    repeated pair is longer than the shortest text of what it parsed to, so equal lengths prove
+    there was none. Compact clients (``JSON.stringify`` escapes the same way) take this path.
+
+    Otherwise count colons: in valid JSON each ``:`` outside strings separates one pair; the
+    text holds one object of 7 pairs whose keys, hex fields and numbers hold no colon, so every
+    other ``:`` lies in a tag or the content. The canonical serialization holds exactly those
+    strings and orjson never escapes ``:``, so without duplicates the text has exactly 7 colons
+    more than the canonical form; each repeated pair adds at least one. A colon written as
+    ``\\u003a`` would hide from the count: such text takes the exact check.
     """
+    if len(text) == len(orjson.dumps(event)):
+        return
     if may_hide_colons(text):
         duplicate = has_duplicate_keys_exact(text)
     else:

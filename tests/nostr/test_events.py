@@ -308,6 +308,10 @@ def test_duplicate_keys_are_refused() -> None:
     # The duplicate carrying another value must not be able to slip a different content in.
     swapped = text[:-1] + ',"content":"evil"}'
     assert _invalid(swapped) == "malformed JSON: duplicate key in object"
+    # Whitespace and escapes take the counting path instead of the length comparison.
+    pretty = json.dumps(event, indent=1, ensure_ascii=True)
+    assert _invalid(pretty[:-1] + ',"kind":1}') == "malformed JSON: duplicate key in object"
+    assert parse_event(pretty, now=NOW) == event
 
 
 def test_lone_surrogates_are_refused() -> None:
@@ -460,9 +464,15 @@ def test_arbitrary_input_raises_only_invalid_event(raw: Any) -> None:
     duplicate=st.none() | st.sampled_from(sorted(EVENT_KEYS)),
     escape_colons=st.booleans(),
     ascii_only=st.booleans(),
+    spaced=st.booleans(),
 )
 def test_duplicate_keys_are_found_exactly_in_events(
-    content: str, tag_value: str, duplicate: str | None, escape_colons: bool, ascii_only: bool
+    content: str,
+    tag_value: str,
+    duplicate: str | None,
+    escape_colons: bool,
+    ascii_only: bool,
+    spaced: bool,
 ) -> None:
     event = _event(content=content, tags=[["t", tag_value], ["u", "https://x.example:1/"]])
     pairs = list(event.items())
@@ -480,7 +490,8 @@ def test_duplicate_keys_are_found_exactly_in_events(
             return "[" + ",".join(render(item) for item in value) + "]"
         return json.dumps(value)
 
-    text = "{" + ",".join(f"{string(key)}:{render(value)}" for key, value in pairs) + "}"
+    colon = ": " if spaced else ":"
+    text = "{" + ",".join(f"{string(key)}{colon}{render(value)}" for key, value in pairs) + "}"
     if duplicate is None:
         assert parse_event(text, now=NOW) == event
     else:

@@ -203,12 +203,14 @@ def test_u_that_is_not_an_http_url_is_refused(signed: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "requested", ["https://relay.example:99999/event", "https://relay.example:x/event", "/event"]
+    "requested", ["https://relay.example:99999/event", "https://relay.example:x/event"]
 )
 def test_unusable_request_url_is_refused_not_crashed(requested: str) -> None:
     # The request URL comes from the Host header, which a client controls.
     reason = _refused(_header(_post_tags()), url=requested)
     assert reason == "the request URL is not a valid http(s) URL"
+    # Signed exactly as requested: nothing to normalise, the u tag names this request.
+    assert _verify(_header(_post_tags(url=requested)), url=requested).pubkey == PUBKEY
 
 
 def test_missing_and_repeated_u_are_refused() -> None:
