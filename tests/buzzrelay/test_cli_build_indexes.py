@@ -13,8 +13,9 @@ from artifacts.schema import INDEXES, normalize_indexdef
 from tests.artifacts.migrations.scratch import (
     Scratch,
     base_name,
-    build_populated_at_0001,
+    create_database,
     drop_database,
+    populated_template,
     scratch_database,
     short_id,
     wait_until,
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.slow
 def template() -> Iterator[Scratch]:
     """Populated, with 0076 and 0077 applied: the four 0078 indexes are still to build."""
     name = f"{base_name()}_builds_tmpl"
-    scratch = build_populated_at_0001(name, revisions=200_000, heads=100_000, members=20_000)
+    scratch = create_database(name, template=populated_template().name)
     assert scratch.buzz_admin("build-indexes", "--index", INDEXES[0].name).returncode == 0
     assert scratch.buzz_admin("migrate").returncode == 3  # applied 0076 and 0077
     yield scratch

@@ -7,6 +7,7 @@ cloned from a populated template, on the server DATABASE_URL names.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import subprocess
@@ -164,6 +165,19 @@ def build_populated_at_0001(
         conn.execute(sql.encode())
         conn.execute("VACUUM ANALYZE")
     return scratch
+
+
+_shared: dict[str, Scratch] = {}
+
+
+def populated_template() -> Scratch:
+    """One database at 0001 with 200k revisions and 100k heads, built once per test process
+    and shared (as a CREATE DATABASE template) by every module that needs one."""
+    if "0001" not in _shared:
+        name = f"{base_name()}_tmpl_0001"
+        _shared["0001"] = build_populated_at_0001(name)
+        atexit.register(drop_database, name)
+    return _shared["0001"]
 
 
 def catalog_snapshot(scratch: Scratch) -> list[tuple[Any, ...]]:

@@ -15,9 +15,8 @@ from artifacts.schema import EPOCH, INDEXES, MIGRATION_0076, MIGRATION_0077, MIG
 from tests.artifacts.migrations.scratch import (
     Scratch,
     base_name,
-    build_populated_at_0001,
     catalog_snapshot,
-    drop_database,
+    populated_template,
     relfilenodes,
     scratch_database,
     short_id,
@@ -30,11 +29,8 @@ REVISIONS, HEADS = 200_000, 100_000
 
 
 @pytest.fixture(scope="module")
-def template() -> Iterator[Scratch]:
-    name = f"{base_name()}_upgrade_tmpl"
-    scratch = build_populated_at_0001(name, revisions=REVISIONS, heads=HEADS)
-    yield scratch
-    drop_database(name)
+def template() -> Scratch:
+    return populated_template()
 
 
 @pytest.fixture
