@@ -52,10 +52,11 @@ def record_lag(lag_ms: float) -> None:
 
 def flush_lag_samples() -> int:
     """Write the buffered samples (reduced as described above); returns the rows written."""
-    global _last_prune
+    global _last_prune, _last_flush
     with _lock:
         samples = _pending[:]
         _pending.clear()
+        _last_flush = time.monotonic()
     if not samples:
         return 0
     if len(samples) > MAX_SAMPLES_PER_FLUSH:
