@@ -137,6 +137,9 @@ def _tag_values(name: str, value: Any) -> tuple[str, ...]:
         raise InvalidFilter(f"#{name} must be a non-empty list of strings")
     if name in _UUID_TAGS and not all(is_canonical_uuid(v) for v in value):
         raise InvalidFilter(f"#{name} values must be canonical lowercase UUIDs")
+    # PostgreSQL text cannot hold NUL (the query would fail with a 500); no tag matches one.
+    if any("\x00" in v for v in value):
+        raise InvalidFilter(f"#{name} values cannot contain NUL characters")
     return tuple(sorted(set(value)))
 
 
