@@ -1,8 +1,8 @@
 """A real relay server process for tests: uvicorn serving buzzrelay.asgi on a free loopback port.
 
 The options are those `buzz-admin serve` passes to uvicorn (WebSocket frames up to 131072 bytes,
-no lifespan, 10 s graceful shutdown); the CLI itself is left out so that these tests exercise
-the ASGI application, not the command line.
+the ASGI lifespan that registers the instance, 10 s graceful shutdown); the CLI itself is left
+out so that these tests exercise the ASGI application, not the command line.
 
 It serves the pytest database (pytest-django's `test_<name>`), so tests that use it must run with
 `@pytest.mark.django_db(transaction=True)`: the server sees only committed data. Redis and the
@@ -123,7 +123,7 @@ def start_relay(env_overrides: Mapping[str, str | None] | None = None) -> RelayP
         process = subprocess.Popen(
             [
                 sys.executable, "-m", "uvicorn", "buzzrelay.asgi:application",
-                "--host", HOST, "--port", str(port), "--lifespan", "off",
+                "--host", HOST, "--port", str(port), "--lifespan", "on",
                 "--ws-max-size", "131072", "--timeout-graceful-shutdown", "10",
                 "--log-level", "warning",
             ],

@@ -59,8 +59,11 @@ __all__ = ["SyncConsumer", "sync_limits"]
 logger = logging.getLogger(__name__)
 
 MAX_PUBKEYS = 32  # authenticated pubkeys per connection
-MAX_OUTBOX_LIVE = 1000  # live frames waiting for a slow client before they are dropped
-MAX_OUTBOX_BYTES = 16 * 1024 * 1024  # queued bytes after which a non-reading client is closed
+# Defaults of settings.RELAY_WS_OUTBOX_MAX_LIVE / _MAX_BYTES: live frames waiting for a slow
+# client before further ones are dropped, and queued bytes past which a client that does not
+# read at all is disconnected. Per connection, so memory stays bounded by the socket count.
+MAX_OUTBOX_LIVE = 1000
+MAX_OUTBOX_BYTES = 16 * 1024 * 1024
 MAX_PENDING_LIVE = 1000  # live frames held back while a subscription replays
 CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008
@@ -143,7 +146,10 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         self.relay_url = public_relay_url(self.scope)
         self.address = client_address(self.scope)
         self.challenge = secrets.token_urlsafe(24)
-        self.outbox = Outbox(max_live=MAX_OUTBOX_LIVE, max_bytes=MAX_OUTBOX_BYTES)
+        self.outbox = Outbox(
+            max_live=getattr(settings, "RELAY_WS_OUTBOX_MAX_LIVE", MAX_OUTBOX_LIVE),
+            max_bytes=getattr(settings, "RELAY_WS_OUTBOX_MAX_BYTES", MAX_OUTBOX_BYTES),
+        )
         await self.accept()
         self.writer = asyncio.create_task(self._write_forever())
         shutdown.register(self)

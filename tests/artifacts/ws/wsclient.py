@@ -22,10 +22,32 @@ DEFAULT_TIMEOUT = 10.0
 
 
 class NostrWs:
-    def __init__(self, port: int, host: str = "team.example", *, max_size: int | None = None):
+    def __init__(
+        self,
+        port: int,
+        host: str = "team.example",
+        *,
+        max_queue: int = 16,
+        receive_buffer: int | None = None,
+        compression: bool = True,
+    ) -> None:
+        """`max_queue`: frames buffered before the client stops reading from the socket (a
+        client that does not call `recv` then leaves the relay's frames in the socket);
+        `receive_buffer`: the socket's SO_RCVBUF (fixed, so the kernel cannot grow it);
+        `compression`: offer permessage-deflate (on by default, as most clients do)."""
         self.url = f"ws://{host}:{port}/"
-        sock = socket.create_connection(("127.0.0.1", port), timeout=DEFAULT_TIMEOUT)
-        connection = connect(self.url, sock=sock, max_size=max_size or 2**24)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if receive_buffer is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        sock.settimeout(DEFAULT_TIMEOUT)
+        sock.connect(("127.0.0.1", port))
+        connection = connect(
+            self.url,
+            sock=sock,
+            max_size=2**24,
+            max_queue=max_queue,
+            compression="deflate" if compression else None,
+        )
         self.ws: ClientConnection = connection.__enter__()
         first = self.recv()
         assert first[0] == "AUTH" and isinstance(first[1], str) and first[1], first
