@@ -1,0 +1,244 @@
+"""The model-based test of incremental reads (DESIGN.md, correctness model).
+
+Several readers keep collections by rounds (random page limits) while random writes of every
+kind land, some between the pages of a round: artifact create, update, move, delete, restore,
+redaction; grants, removals, rejoins; visibility changes, channel creation, deletion, restore,
+archive; policy and admin list changes. The readers: a member of the private channels, a
+non-member, a community admin who is not a member, one who keeps being removed and re-added,
+and a member syncing with a `#h`/`#type` filter. The expectation is a pure-Python statement of
+readability (tests/artifacts/selectors/reference.py) over the tables.
+
+Properties, checked on every page:
+- no page carries an event its reader cannot read (with the filter) when the page is served;
+- no page names an artifact that never lived in a channel (within the filter) its reader could
+  read at the time;
+- a round with no write during it leaves the collection equal to the expectation (a fresh full
+  read);
+and at the end, after a final quiet round, every collection equals a fresh full read and the
+expectation. The overlap is 0, so the fence alone must deliver every write.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from artifacts.models import ArtifactHead
+from artifacts.services.channels import channel_archive, channel_restore, channel_unarchive
+from artifacts.services.communities import community_update_policy
+from tests.artifacts.selectors.reference import World, load_world
+from tests.artifacts.selectors.replica import Replica, tag
+from tests.factories import artifact_op, make_channel, make_community, make_key, write
+
+TYPES = ("buzz.task", "buzz.note")
+
+
+class SyncModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.owner, self.admin = make_key(), make_key()
+        self.member, self.outsider, self.flaky = make_key(), make_key(), make_key()
+        self.community = make_community(
+            host=f"m{uuid.uuid4().hex[:16]}.example", admins=[self.admin]
+        )
+        self.channels = [
+            make_channel(self.community, owner=self.owner),
+            make_channel(self.community, owner=self.owner),
+            make_channel(self.community, owner=self.owner, visibility="private",
+                         members=[self.member, self.flaky]),
+            make_channel(self.community, owner=self.owner, visibility="private",
+                         members=[self.member]),
+        ]
+        self.readers = [self.member, self.outsider, self.admin, self.flaky]
+        self.replicas = {
+            "member": Replica(self.community, self.member.pubkey),
+            "outsider": Replica(self.community, self.outsider.pubkey),
+            "admin": Replica(self.community, self.admin.pubkey),
+            "flaky": Replica(self.community, self.flaky.pubkey),
+            "filtered": Replica(self.community, self.member.pubkey,
+                                channels=[self.channels[0], self.channels[2]],
+                                types=["buzz.task"]),
+        }
+        self.artifacts: list[str] = []
+        self.ever: dict[str, set[str]] = {name: set() for name in self.replicas}
+        self.clean: dict[str, bool] = {name: False for name in self.replicas}
+        self.world = self.observe()
+
+    # --- the expectation -------------------------------------------------------------------
+
+    def observe(self) -> World:
+        """Read the world after a write: which artifacts each reader could see named."""
+        world = load_world(self.community)
+        for name, replica in self.replicas.items():
+            wanted_channels = replica.filter.get("#h")
+            wanted_types = replica.filter.get("#type")
+            for d, (_event, home, kind, _deleted, _redacted) in world.heads.items():
+                if not world.channel_readable(home, replica.reader):
+                    continue
+                if wanted_channels is not None and home not in wanted_channels:
+                    continue
+                if wanted_types is not None and kind not in wanted_types:
+                    continue
+                self.ever[name].add(d)
+        return world
+
+    def wrote(self) -> None:
+        for name in self.clean:
+            self.clean[name] = False
+        self.world = self.observe()
+
+    def expected(self, name: str) -> dict[str, str]:
+        replica = self.replicas[name]
+        return self.world.readable(
+            replica.reader, channels=replica.filter.get("#h"), types=replica.filter.get("#type")
+        )
+
+    # --- writes ------------------------------------------------------------------------------
+
+    @rule(channel=st.integers(0, 50), kind=st.sampled_from(TYPES))
+    def create_artifact(self, channel: int, kind: str) -> None:
+        d = str(uuid.uuid4())
+        h = self.channels[channel % len(self.channels)]
+        result = artifact_op(self.community, self.owner, op="create", d=d, h=h, type=kind,
+                             expect=None)
+        if result.accepted:
+            self.artifacts.append(d)
+        self.wrote()
+
+    @rule(pick=st.integers(0, 50), choice=st.integers(0, 50), channel=st.integers(0, 50))
+    def change_artifact(self, pick: int, choice: int, channel: int) -> None:
+        if not self.artifacts:
+            return
+        d = self.artifacts[pick % len(self.artifacts)]
+        head = ArtifactHead.objects.get(community=self.community, artifact_id=d)
+        home = str(head.channel_id)
+        if head.deleted:
+            op, h = "restore", home
+        else:
+            op = ("update", "delete", "move")[choice % 3]
+            h = home
+            if op == "move":
+                others = [c for c in self.channels if c != home]
+                h = others[channel % len(others)]
+        artifact_op(self.community, self.owner, op=op, d=d, h=h, prev=head.event_id,
+                    type=head.artifact_type, expect=None)
+        self.wrote()
+
+    @rule(pick=st.integers(0, 50))
+    def redact_head(self, pick: int) -> None:
+        if not self.artifacts:
+            return
+        d = self.artifacts[pick % len(self.artifacts)]
+        head = ArtifactHead.objects.get(community=self.community, artifact_id=d)
+        write(self.community, self.owner, 9005, [["h", str(head.channel_id)], ["e", head.event_id]],
+              expect=None)
+        self.wrote()
+
+    @rule(reader=st.integers(0, 50), channel=st.integers(0, 50), grant=st.booleans())
+    def membership(self, reader: int, channel: int, grant: bool) -> None:
+        who = self.readers[reader % len(self.readers)]
+        h = self.channels[channel % len(self.channels)]
+        kind = 9000 if grant else 9001
+        write(self.community, self.owner, kind, [["h", h], ["p", who.pubkey]], expect=None)
+        self.wrote()
+
+    @rule(channel=st.integers(0, 50), public=st.booleans())
+    def visibility(self, channel: int, public: bool) -> None:
+        h = self.channels[channel % len(self.channels)]
+        flag = "public" if public else "private"
+        write(self.community, self.owner, 9002, [["h", h], [flag]], expect=None)
+        self.wrote()
+
+    @rule(private=st.booleans())
+    def create_channel(self, private: bool) -> None:
+        if len(self.channels) < 7:
+            h = str(uuid.uuid4())
+            tags = [["h", h], ["name", "new"]] + ([["private"]] if private else [])
+            write(self.community, self.admin, 9007, tags, expect=None)
+            # The community admin created it and owns it; the usual owner writes there too.
+            write(self.community, self.admin, 9000, [["h", h], ["p", self.owner.pubkey, "owner"]],
+                  expect=None)
+            self.channels.append(h)
+            self.wrote()
+
+    @rule(channel=st.integers(0, 50), action=st.sampled_from(
+        ["delete", "restore", "archive", "unarchive"]))
+    def operate_channel(self, channel: int, action: str) -> None:
+        h = self.channels[channel % len(self.channels)]
+        if action == "delete":
+            write(self.community, self.owner, 9008, [["h", h]], expect=None)
+        else:
+            service = {"restore": channel_restore, "archive": channel_archive,
+                       "unarchive": channel_unarchive}[action]
+            service(community_id=self.community.pk, channel_id=uuid.UUID(h))
+        self.wrote()
+
+    @rule(enabled=st.sampled_from([True, True, False]),
+          types=st.sampled_from([None, ["buzz.task"], ["buzz.note"], list(TYPES)]))
+    def policy(self, enabled: bool, types: list[str] | None) -> None:
+        community_update_policy(
+            community_id=self.community.pk, artifacts_enabled=enabled, artifact_types=types
+        )
+        self.wrote()
+
+    @rule(with_outsider=st.booleans())
+    def admin_list(self, with_outsider: bool) -> None:
+        admins = [self.admin.pubkey] + ([self.outsider.pubkey] if with_outsider else [])
+        community_update_policy(community_id=self.community.pk, admin_pubkeys=admins)
+        self.wrote()
+
+    # --- reads -------------------------------------------------------------------------------
+
+    @rule(name=st.sampled_from(["member", "outsider", "admin", "flaky", "filtered"]),
+          limit=st.integers(1, 4))
+    def page(self, name: str, limit: int) -> None:
+        replica = self.replicas[name]
+        starts_round = not replica.pages or not replica.pages[-1].more
+        page = replica.page(limit)
+        if starts_round or page.reset:
+            self.clean[name] = True
+        expected = self.expected(name)
+        for raw in page.events:
+            event = orjson.loads(raw)
+            d = tag(event, "d")
+            assert d in expected and expected[d] == event["id"], (name, d, "unreadable event")
+        named = [tag(orjson.loads(raw), "d") for raw in page.events] + [
+            d for d, _ in page.removed
+        ]
+        assert len(named) <= limit and len(named) == len(set(named))
+        for d in named:
+            assert d in self.ever[name], (name, d, "named an artifact it never could read")
+        if not page.more and self.clean[name]:
+            assert replica.heads() == expected, (name, "quiet round left a wrong collection")
+
+    @invariant()
+    def tokens_are_opaque(self) -> None:
+        for replica in self.replicas.values():
+            if replica.token is not None:
+                assert replica.reader not in replica.token
+
+    def teardown(self) -> None:
+        for name, replica in self.replicas.items():
+            replica.round(limit=3)
+            expected = self.expected(name)
+            assert replica.heads() == expected, (name, "after a final quiet round")
+            assert replica.fresh() == expected
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_incremental_reads_model() -> None:
+    run_state_machine_as_test(
+        SyncModel,
+        settings=settings(
+            max_examples=25,
+            stateful_step_count=40,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        ),
+    )
