@@ -64,8 +64,8 @@ class Quickstart:
         assert match, self.output
         return match.group(1)
 
-    def stop(self) -> int:
-        self.process.send_signal(signal.SIGTERM)
+    def stop(self, how: signal.Signals = signal.SIGTERM) -> int:
+        self.process.send_signal(how)
         code = self.process.wait(timeout=60)
         self._reader.join(5)
         return code
@@ -117,5 +117,7 @@ def test_quickstart_serves_keeps_its_key_and_stops_cleanly(tmp_path: Path) -> No
         )
         assert answer.status_code == 302 and answer.headers["location"] == "/admin/", answer.text
     finally:
-        assert second.stop() == 0, second.output
+        assert second.stop(signal.SIGINT) == 0, second.output  # Ctrl-C
     assert key_file.read_text().strip() == secret
+    assert "Stopped." in second.output
+    assert not (data_dir / "postgres" / "postmaster.pid").exists()
