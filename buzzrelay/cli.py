@@ -14,7 +14,7 @@ import pkgutil
 import sys
 from types import ModuleType
 
-from buzzrelay import admin_commands
+from buzzrelay import VERSION, admin_commands
 
 
 def _subcommands() -> dict[str, ModuleType]:
@@ -38,8 +38,13 @@ def build_parser(commands: dict[str, ModuleType]) -> argparse.ArgumentParser:
     return parser
 
 
-def setup_django(database_url: str | None) -> None:
-    """Configure Django for `database_url`; exits with one line on a configuration error."""
+def setup_django(database_url: str | None, *, session_name: str | None = None) -> None:
+    """Configure Django for `database_url`; exits with one line on a configuration error.
+
+    `session_name` replaces the relay's `buzzrelay/... stamps=1 key=...` application_name:
+    an operator may run buzz-admin without the fleet's relay key, and a session announcing
+    another key would fail readiness item 4 for the whole deployment while it runs.
+    """
     if database_url:
         os.environ["DATABASE_URL"] = database_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "buzzrelay.settings")
@@ -52,6 +57,12 @@ def setup_django(database_url: str | None) -> None:
     import django
 
     django.setup()
+    if session_name is not None:
+        from django.conf import settings
+
+        # Connections open lazily, so naming them now covers every query of the command.
+        for database in settings.DATABASES.values():
+            database.setdefault("OPTIONS", {})["application_name"] = session_name
 
 
 def fail(message: str, *, code: int = 1) -> None:
@@ -64,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(commands).parse_args(argv)
     module = commands[args.command]
     if getattr(module, "SETUP_DJANGO", True):
-        setup_django(args.database_url)
+        setup_django(args.database_url, session_name=f"buzz-admin/{VERSION} {args.command}")
     try:
         return int(module.run(args))
     except KeyboardInterrupt:
