@@ -1,8 +1,9 @@
 """A real relay server process for tests: uvicorn serving buzzrelay.asgi on a free loopback port.
 
 The options are those `buzz-admin serve` passes to uvicorn (WebSocket frames up to 131072 bytes,
-the ASGI lifespan that registers the instance, 10 s graceful shutdown); the CLI itself is left
-out so that these tests exercise the ASGI application, not the command line.
+no permessage-deflate, the ASGI lifespan that registers the instance, 10 s graceful shutdown);
+the CLI itself is left out so that these tests exercise the ASGI application, not the command
+line.
 
 It serves the pytest database (pytest-django's `test_<name>`), so tests that use it must run with
 `@pytest.mark.django_db(transaction=True)`: the server sees only committed data. Redis and the
@@ -124,7 +125,8 @@ def start_relay(env_overrides: Mapping[str, str | None] | None = None) -> RelayP
             [
                 sys.executable, "-m", "uvicorn", "buzzrelay.asgi:application",
                 "--host", HOST, "--port", str(port), "--lifespan", "on",
-                "--ws-max-size", "131072", "--timeout-graceful-shutdown", "10",
+                "--ws-max-size", "131072", "--ws-per-message-deflate", "false",
+                "--timeout-graceful-shutdown", "10",
                 "--log-level", "warning",
             ],
             cwd=ROOT,

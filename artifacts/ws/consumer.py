@@ -174,7 +174,8 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             logger.debug("WebSocket writer stopped: %s", exc)
 
     async def _send_frame(self, frame: str) -> None:
-        await self.send(text_data=frame)
+        # Straight to the server: Channels' send() only wraps this same message (hot path).
+        await self.base_send({"type": "websocket.send", "text": frame})
 
     def _reply(self, frame: str) -> None:
         assert self.outbox is not None
