@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,9 @@ class RoundSummary:
     resets: int = 0  # pages that reset a round the client did not start as a full round
     seconds: float = 0.0
     waited: float = 0.0  # seconds spent honouring 429 / backing off from 503
-    relay_seconds: float = 0.0  # of `seconds`, waiting for /query answers (retries included)
+    # Of `seconds`, waiting for /query answers (retries included); pages fetched while the
+    # previous one was applied count only the time still left to wait.
+    relay_seconds: float = 0.0
 
     @property
     def added(self) -> int:
@@ -124,17 +127,29 @@ class Round:
         self._started = time.monotonic()
         self._waited_before = syncer.http.stats.waited
         self._token_refused = False
+        # The next page, requested while this one is parsed and applied: its token arrived
+        # with this page, so the relay's work and ours overlap. Applying stays strictly in
+        # order, so crash safety is untouched (a prefetched page is only ever data in memory).
+        self._ahead: tuple[str, Future[bytes]] | None = None
+
+    def _fetch(self, progress: str | None) -> bytes:
+        syncer = self.syncer
+        request: dict[str, Any] = {"artifact": "current", **syncer.filter.predicates()}
+        request["limit"] = min(syncer.page_limit or self.info.max_limit, self.info.max_limit)
+        request["progress"] = progress
+        return syncer.http.query(request, endpoint=self.info.query_endpoint)
 
     def step(self) -> PageApplied:
         if self.done:
             raise RuntimeError("this round is finished")
         syncer = self.syncer
-        request: dict[str, Any] = {"artifact": "current", **syncer.filter.predicates()}
-        request["limit"] = min(syncer.page_limit or self.info.max_limit, self.info.max_limit)
-        request["progress"] = self.progress
+        ahead, self._ahead = self._ahead, None
         asked = time.monotonic()
         try:
-            body = syncer.http.query(request, endpoint=self.info.query_endpoint)
+            if ahead is not None and ahead[0] == self.progress:
+                body = ahead[1].result()
+            else:
+                body = self._fetch(self.progress)
         except RelayRejected as exc:
             self.summary.relay_seconds += time.monotonic() - asked
             if exc.code != "invalid_progress" or self.progress is None or self._token_refused:
@@ -149,6 +164,8 @@ class Round:
             return self.step()
         self.summary.relay_seconds += time.monotonic() - asked
         page = parse_page(body, verify=syncer.verify)
+        if page.more and syncer.prefetch:
+            self._ahead = (page.progress, syncer.background().submit(self._fetch, page.progress))
         applied = syncer.store.apply_page(
             syncer.collection_id,
             expected_version=self.version,
@@ -184,6 +201,7 @@ class Syncer:
         types: Sequence[str] = (),
         page_limit: int | None = None,
         verify: bool = True,
+        prefetch: bool = True,
         http_client: httpx.Client | None = None,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -195,6 +213,8 @@ class Syncer:
             raise ValueError("page limit must be between 1 and 1000")
         self.page_limit = page_limit
         self.verify = verify
+        self.prefetch = prefetch
+        self._background: ThreadPoolExecutor | None = None
         self._own_store = not isinstance(db, CollectionStore)
         self.store = db if isinstance(db, CollectionStore) else CollectionStore(db)
         self.http = RelayHttp(
@@ -208,7 +228,17 @@ class Syncer:
         )
         self.collection_id = self.store.open_collection(self.key).id
 
+    def background(self) -> ThreadPoolExecutor:
+        """The one thread that fetches pages ahead."""
+        if self._background is None:
+            self._background = ThreadPoolExecutor(1, thread_name_prefix="buzz-prefetch")
+        return self._background
+
     def close(self) -> None:
+        if self._background is not None:
+            # A page fetched ahead for a round that stopped (an error, a kill of the loop) is
+            # simply dropped; waiting lets the request finish before its client closes.
+            self._background.shutdown(wait=True, cancel_futures=True)
         self.http.close()
         if self._own_store:
             self.store.close()

@@ -32,6 +32,10 @@ def relay() -> Iterator[FakeRelay]:
 def syncer_for(
     relay: FakeRelay, db: Path, *, secret: str | None = None, **kwargs: object
 ) -> Syncer:
+    """A syncer that records its sleeps. Without prefetching unless asked: these tests count
+    and order the relay's requests, and a test that abandons a round mid-way would leave a
+    request in flight."""
+    kwargs.setdefault("prefetch", False)
     sleeps: list[float] = []
     syncer = Syncer(relay_url=relay.url, secret_hex=secret or READER, db=db,
                     sleep=sleeps.append, **kwargs)  # type: ignore[arg-type]
@@ -298,3 +302,33 @@ def test_requests_are_signed_for_the_exact_url_and_body(relay: FakeRelay, tmp_pa
         syncer.run_round()
     assert relay.auth_failures == []
     assert relay.pages_served >= 3
+
+
+def test_prefetching_overlaps_requests_without_changing_what_is_applied(
+    relay: FakeRelay, tmp_path: Path
+) -> None:
+    ds = [relay.create(CHANNEL, f"task {i}") for i in range(23)]
+    with syncer_for(relay, tmp_path / "c.sqlite", page_limit=5, prefetch=True) as syncer:
+        summary = syncer.run_round()
+        assert (summary.pages, summary.added) == (5, 23)
+        assert len(relay.sent_progress) == 5  # nothing fetched that was not needed
+        assert syncer.heads() == relay.readable()
+
+        # A page that fails to apply drops the page fetched behind it; the next round
+        # resumes from the last applied page's token.
+        for d in ds[:12]:
+            relay.update(d, "changed")
+        syncer.store.db.execute(
+            f"CREATE TEMP TRIGGER fail AFTER UPDATE ON artifacts WHEN NEW.d = '{ds[7]}'"
+            " BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+        )
+        with pytest.raises(sqlite3.IntegrityError):
+            syncer.run_round()
+        syncer.background().submit(lambda: None).result()  # the dropped fetch has ended
+        syncer.store.db.execute("DROP TRIGGER fail")
+        stored = syncer.store.state(syncer.collection_id).progress
+        mark = len(relay.sent_progress)
+        resumed = syncer.run_round()
+        assert relay.sent_progress[mark] == stored
+        assert resumed.updated == 12 - 5
+        assert syncer.heads() == relay.readable()
