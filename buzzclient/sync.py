@@ -93,13 +93,14 @@ class RoundSummary:
 
     def line(self) -> str:
         """The one-line summary buzz-sync prints per round."""
+        pages = f"{self.pages} page" + ("" if self.pages == 1 else "s")
         rate = ""
-        if self.seconds > 0 and self.items:
-            rate = f", {self.items / self.seconds:,.0f} items/s"
+        if self.kind == "full" and self.seconds > 0 and self.items:
+            rate = f" ({self.items / self.seconds:,.0f} items/s)"
         waited = f", waited {self.waited:.1f} s" if self.waited else ""
         return (
             f"{self.kind} round: +{self.added} added, ~{self.updated} updated, "
-            f"-{self.removed} removed, {self.resets} resets, {self.pages} pages, "
+            f"-{self.removed} removed, {self.resets} resets; {self.items} items in {pages}, "
             f"{self.seconds:.2f} s{rate}{waited}"
         )
 

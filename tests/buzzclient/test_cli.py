@@ -43,7 +43,7 @@ def test_one_round_prints_one_summary_line(tmp_path: Path, key_file: Path) -> No
         lines = result.stdout.splitlines()
         assert len(lines) == 1
         assert lines[0].startswith(
-            "full round: +5 added, ~0 updated, -0 removed, 0 resets, 3 pages"
+            "full round: +5 added, ~0 updated, -0 removed, 0 resets; 5 items in 3 pages, "
         )
         relay.create(channel, "later")
         again = buzz_sync("--relay", relay.url, "--key-file", str(key_file), "--db", str(db),

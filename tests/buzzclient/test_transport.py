@@ -73,11 +73,18 @@ def test_progress_is_drawn_in_place_for_full_rounds_only() -> None:
     assert quiet.getvalue() == ""  # not a terminal: the summary line is enough
 
 
-def test_summary_line() -> None:
+def test_summary_lines() -> None:
     summary = RoundSummary(kind="continuation", incremental=True, pages=1, items=4,
                            seconds=0.25)
     summary.changes.added, summary.changes.updated, summary.changes.removed = 1, 2, 1
     assert summary.line() == (
-        "continuation round: +1 added, ~2 updated, -1 removed, 0 resets, 1 pages, 0.25 s,"
-        " 16 items/s"
+        "continuation round: +1 added, ~2 updated, -1 removed, 0 resets; 4 items in 1 page,"
+        " 0.25 s"
+    )
+    full = RoundSummary(kind="full", incremental=True, pages=3, items=2500, seconds=2.0,
+                        resets=1, waited=1.5)
+    full.changes.added = 2500
+    assert full.line() == (
+        "full round: +2500 added, ~0 updated, -0 removed, 1 resets; 2500 items in 3 pages,"
+        " 2.00 s (1,250 items/s), waited 1.5 s"
     )
