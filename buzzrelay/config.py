@@ -48,6 +48,7 @@ class Config:
     secret_key: str
     debug: bool
     overlap_seconds: int
+    database_pool_size: int
     token_max_age_seconds: int
     rate_limits: RateLimits = field(default_factory=lambda: RateLimits())
 
@@ -121,7 +122,7 @@ def _int(name: str, default: int, *, minimum: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"{name} must be a whole number of seconds (got {raw!r})") from None
+        raise ConfigError(f"{name} must be a whole number (got {raw!r})") from None
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum} (got {value})")
     return value
@@ -248,6 +249,7 @@ def read_config() -> Config:
         secret_key=secret_key,
         debug=debug,
         overlap_seconds=_int("ARTIFACT_SYNC_OVERLAP_SECONDS", 120, minimum=0),
+        database_pool_size=_int("DATABASE_POOL_SIZE", 16, minimum=1),
         token_max_age_seconds=_int("ARTIFACT_SYNC_TOKEN_MAX_AGE", 30 * 86400, minimum=60),
         rate_limits=_rate_limits(),
     )

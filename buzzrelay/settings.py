@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from psycopg_pool import ConnectionPool
+
 from buzzrelay import VERSION
 from buzzrelay.config import load_config
 from nostr.events import EventLimits
@@ -77,12 +79,23 @@ if CONFIG.database is not None:
             "PASSWORD": _db.password,
             "HOST": _db.host,
             "PORT": _db.port,
-            "CONN_MAX_AGE": 60,
-            "CONN_HEALTH_CHECKS": True,
+            # Under ASGI every request runs its sync view on a thread of its own: persistent
+            # connections (CONN_MAX_AGE) would leave one PostgreSQL connection per thread
+            # behind (measured: "too many clients" 503s under load). A pool shared by the
+            # process's threads bounds them; each checkout is health-checked, so a restarted
+            # PostgreSQL is reconnected to without restarting the relay.
+            "CONN_MAX_AGE": 0,
             "OPTIONS": {
                 **_db.options,
                 "application_name": RELAY_APPLICATION_NAME,
                 "connect_timeout": 5,
+                "pool": {
+                    "min_size": 1,
+                    "max_size": CONFIG.database_pool_size,
+                    "timeout": 5,
+                    "max_idle": 300,
+                    "check": ConnectionPool.check_connection,
+                },
             },
             "TEST": {"NAME": f"test_{_db.name}"},
         }

@@ -470,6 +470,10 @@ def evaluate_readiness(*, use_cache: bool = True) -> ReadinessReport:
         return report
 
 
+# The most one evaluation may wait on the database, in milliseconds.
+EVALUATION_BUDGET_MS = 3000
+
+
 def deployment_ready() -> bool:
     """Whether continuation rounds may be served and `artifacts.incremental` advertised.
 
@@ -511,6 +515,10 @@ def separate_connection() -> Iterator[psycopg.Connection[Any]]:
     options.pop("assume_role", None)
     options["application_name"] = settings.RELAY_APPLICATION_NAME
     options.setdefault("connect_timeout", 5)
+    budget = (
+        f"-c statement_timeout={EVALUATION_BUDGET_MS} -c lock_timeout={EVALUATION_BUDGET_MS // 2}"
+    )
+    options["options"] = f"{options.get('options', '')} {budget}".strip()
     conn = psycopg.connect(
         dbname=params["NAME"], user=params["USER"], password=params["PASSWORD"] or None,
         host=params["HOST"] or None, port=params["PORT"] or None, autocommit=True, **options,
@@ -525,7 +533,14 @@ def _evaluate_local() -> ReadinessReport:
     local_generated = bool(settings.RELAY_KEY_GENERATED)
     try:
         if _own_connection_is_usable():
-            report = inspect_deployment(django_connection, local_key_generated=local_generated)
+            # Bounded like every read: a verdict must never hang NIP-11 or /query behind a lock
+            # (a migration's, an operator's LOCK TABLE); timing out reads as "unreachable".
+            with transaction.atomic(), django_connection.cursor() as cursor:
+                cursor.execute(f"SET LOCAL statement_timeout = {EVALUATION_BUDGET_MS}")
+                cursor.execute(f"SET LOCAL lock_timeout = {EVALUATION_BUDGET_MS // 2}")
+                report = inspect_deployment(
+                    django_connection, local_key_generated=local_generated
+                )
             return _reconcile_episode(report, local_generated)
         with separate_connection() as conn:
             return inspect_deployment(conn, local_key_generated=local_generated)

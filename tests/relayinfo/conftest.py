@@ -1,8 +1,7 @@
 """Fixtures for the readiness, NIP-11 and fleet tests.
 
 Readiness is about committed state seen by every process, so most tests here are transactional
-(`serialized_rollback` restores the rows migrations insert, such as sync_state's, after each
-flush). Whatever a test breaks on purpose (an index, a ledger row, a column default, a role) it
+(tests/conftest.py puts back the sync_state row each flush removes). Whatever a test breaks on purpose (an index, a ledger row, a column default, a role) it
 restores in a finally block, so no later test inherits it.
 """
 
@@ -23,7 +22,7 @@ from relayinfo.readiness import ReadinessReport, evaluate_readiness, forget_cach
 HOST = "team.example"
 NOSTR_JSON = "application/nostr+json"
 
-transactional = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+transactional = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
