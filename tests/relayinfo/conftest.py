@@ -1,8 +1,9 @@
 """Fixtures for the readiness, NIP-11 and fleet tests.
 
 Readiness is about committed state seen by every process, so most tests here are transactional
-(tests/conftest.py puts back the sync_state row each flush removes). Whatever a test breaks on purpose (an index, a ledger row, a column default, a role) it
-restores in a finally block, so no later test inherits it.
+(tests/conftest.py puts back the sync_state row each flush removes). Whatever a test breaks on
+purpose (an index, a ledger row, a column default, a role) it restores in a finally block, so no
+later test inherits it.
 """
 
 from __future__ import annotations
