@@ -49,18 +49,31 @@ def buzz_sync(relay: RelayProcess, key_file: Path, db: Path, limit: int) -> subp
     )
 
 
-def kill_after_line(child: subprocess.Popen[str], marker: str, skip: int) -> bool:
-    """SIGKILL as soon as the `skip`-th line containing `marker` appears; False if the run
-    ended first."""
+def kill_after_line(child: subprocess.Popen[str], marker: str, skip: int) -> tuple[bool, int]:
+    """SIGKILL as soon as the `skip`-th line containing `marker` appears. Returns whether it
+    was killed (False: the run ended first) and how many pages it reported committed."""
     assert child.stderr is not None
-    seen = 0
+    seen = committed = 0
     for line in child.stderr:
+        committed += "page committed" in line
         if marker in line:
             if seen == skip:
                 child.send_signal(signal.SIGKILL)
-                return True
+                return True, committed
             seen += 1
-    return False
+    return False, committed
+
+
+def applied_pages(db: Path) -> int:
+    """Pages applied so far (each bumps its collection's version), 0 before the first."""
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as conn:
+        try:
+            return int(conn.execute("SELECT coalesce(sum(version), 0) FROM collections")
+                       .fetchone()[0])
+        except sqlite3.OperationalError:  # killed before its schema was created
+            return 0
 
 
 def random_writes(world: World, rng: random.Random) -> None:
@@ -98,6 +111,9 @@ def test_killed_anywhere_the_next_run_ends_equal_to_a_fresh_full_read(
     db = tmp_path / "local.sqlite"
 
     killed = {"inside": 0, "between": 0, "random": 0}
+    # "inside" kills whose page provably did not commit: the database holds no more pages
+    # than the child had reported committed when the kill was sent.
+    before_commit = 0
     for i in range(KILLS):
         random_writes(world, rng)
         if i % 6 == 5:
@@ -106,12 +122,13 @@ def test_killed_anywhere_the_next_run_ends_equal_to_a_fresh_full_read(
             flag = "private" if world.open_h in readable else "public"
             write(world.community, world.alice, 9002, [["h", world.open_h], [flag]])
             readable ^= {world.open_h}
+        pages_before = applied_pages(db)
         child = buzz_sync(fast_relay, key_file, db, limit=rng.choice([2, 5, 25]))
         mode = ("inside", "between", "random")[i % 3]
         if mode == "inside":
-            hit = kill_after_line(child, "applying page", rng.randint(0, 3))
+            hit, committed = kill_after_line(child, "applying page", rng.randint(0, 3))
         elif mode == "between":
-            hit = kill_after_line(child, "page committed", rng.randint(0, 3))
+            hit, _ = kill_after_line(child, "page committed", rng.randint(0, 3))
         else:
             time.sleep(rng.uniform(0.2, 1.5))
             hit = child.poll() is None
@@ -120,14 +137,17 @@ def test_killed_anywhere_the_next_run_ends_equal_to_a_fresh_full_read(
         if hit:
             assert code == -signal.SIGKILL
             killed[mode] += 1
+            if mode == "inside" and applied_pages(db) == pages_before + committed:
+                before_commit += 1
         else:
             assert code == 0, child.stderr.read() if child.stderr else ""
         with sqlite3.connect(db) as check:
             assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
-    print(f"kills: {killed}")
+    print(f"kills: {killed}, inside a page's transaction before its commit: {before_commit}")
     assert sum(killed.values()) >= KILLS * 2 // 3, killed
     assert min(killed.values()) >= 3, killed
+    assert before_commit >= 1
 
     time.sleep(1.1)  # past the relay's fence cache (see test_against_relay.settle)
     final = buzz_sync(fast_relay, key_file, db, limit=25)
