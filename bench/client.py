@@ -244,6 +244,8 @@ def main() -> None:
         "BENCH_REDIS_URL", "redis://127.0.0.1:6379/6"))
     parser.add_argument("--no-unverified", action="store_true",
                         help="skip the extra full round without signature checks")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the seeded database (buzz_client_bench) afterwards")
     args = parser.parse_args()
 
     author, reader = generate_secret(), generate_secret()
@@ -262,6 +264,9 @@ def main() -> None:
         finally:
             relay.stop()
         rows.append((n, verified, plain, conts))
+    if not args.keep:
+        with psycopg.connect(args.database_url, autocommit=True) as conn:
+            conn.execute('DROP DATABASE IF EXISTS "buzz_client_bench" WITH (FORCE)')
 
     med = statistics.median
     print(f"\nbuzz-sync client, end to end against `buzz-admin serve` (page limit 1000, "
