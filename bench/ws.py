@@ -1,20 +1,25 @@
 """WebSocket sync: delivery latency from an accepted write to its subscribers, and sustained
 accepted writes per second with the subscribers connected.
 
-One relay (`buzz-admin serve`: uvicorn; rate limits off) against PostgreSQL and Redis.
-For each subscriber count N (default 100 and 1,000), `--procs` client processes open N
-WebSockets between them; each authenticates (NIP-42) and subscribes to one channel
-(`limit: 0`: no replay, live only). Then, over separate writer connections:
+Two relay instances (`buzz-admin serve`: uvicorn; rate limits off) share PostgreSQL and Redis:
+subscribers connect to one, writers to the other, so every delivery crosses instances through
+the channel layer. For each subscriber count N (default 100 and 1,000), `--procs` client
+processes open N WebSockets between them; each authenticates (NIP-42) and subscribes to one
+channel (`limit: 0`: no replay, live only). Then:
 
 1. latency: `--events` artifact creations, one at a time at `--rate` per second. Latency is the
-   subscriber's receive time minus the event's `received_at` (the database's stamp when the
-   relay stored it; the same machine's clock), over every (event, subscriber) pair: p50, p99,
-   max, and the share delivered;
+   subscriber's receive time minus the time the writer received the relay's OK (the relay
+   answers OK after the commit was published to the channel layer: that is acceptance), over
+   every (event, subscriber) pair: p50, p99, max, and the share delivered. A second figure
+   starts from the event's `received_at` (the database's stamp when the relay inserted it), so
+   it adds the write transaction itself. One machine, one clock;
 2. load: `--writers` connections write back to back for `--seconds`: accepted writes per second,
    the share of them every subscriber received, and NOTICEs (lost deliveries) seen.
 
 Target (issue 6): p99 under 50 ms at 1,000 subscribers. On a shared 2-core machine the clients,
-the relay, PostgreSQL and Redis compete for the same cores: the figures are an upper bound.
+the relay, PostgreSQL and Redis compete for the same cores: the latencies are an upper bound.
+The subscribers' relay's CPU time per delivered frame (latency phase, all its work included)
+is the figure that does not depend on what else the machine runs.
 
     .venv/bin/python bench/ws.py                          # N = 100 and 1,000
     .venv/bin/python bench/ws.py --subscribers 5000 --procs 4 --events 300
@@ -60,70 +65,145 @@ LATENCY_TAG = '["phase","latency"]'
 # --- subscriber processes ------------------------------------------------------------------
 
 
+class LeanSubscriber(asyncio.Protocol):
+    """A minimal WebSocket client (RFC 6455 frames by hand) for the subscriber side.
+
+    A general client library costs tens of microseconds per received frame; a thousand of them
+    in two processes would measure the clients, not the relay. This one only finds an event's
+    id in the raw frame bytes and timestamps it; control frames are answered (pings).
+    """
+
+    def __init__(self, key: str, on_frame: Any) -> None:
+        self.key = key
+        self.on_frame = on_frame
+        self.buffer = bytearray()
+        self.handshaken = asyncio.get_running_loop().create_future()
+        self.transport: Any = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def send_text(self, text: str) -> None:
+        payload = text.encode()
+        mask = os.urandom(4)
+        length = len(payload)
+        if length < 126:
+            header = bytes([0x81, 0x80 | length])
+        elif length < 65536:
+            header = bytes([0x81, 0x80 | 126]) + length.to_bytes(2, "big")
+        else:
+            header = bytes([0x81, 0x80 | 127]) + length.to_bytes(8, "big")
+        repeated = (mask * (length // 4 + 1))[:length]
+        masked = (int.from_bytes(payload, "big") ^ int.from_bytes(repeated, "big")).to_bytes(
+            length, "big"
+        )
+        self.transport.write(header + mask + masked)
+
+    def _control(self, opcode: int, payload: bytes) -> None:
+        if opcode == 0x9:  # ping: answer with a masked pong
+            mask = os.urandom(4)
+            masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+            self.transport.write(bytes([0x8A, 0x80 | len(payload)]) + mask + masked)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer
+        buffer += data
+        if not self.handshaken.done():
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            status = bytes(buffer[:12])
+            del buffer[: end + 4]
+            if b" 101" not in status:
+                self.handshaken.set_exception(RuntimeError(f"upgrade refused: {status!r}"))
+                return
+            self.handshaken.set_result(None)
+        now = time.time()
+        while len(buffer) >= 2:
+            opcode = buffer[0] & 0x0F
+            length = buffer[1] & 0x7F
+            offset = 2
+            if length == 126:
+                if len(buffer) < 4:
+                    return
+                length = int.from_bytes(buffer[2:4], "big")
+                offset = 4
+            elif length == 127:
+                if len(buffer) < 10:
+                    return
+                length = int.from_bytes(buffer[2:10], "big")
+                offset = 10
+            if len(buffer) < offset + length:
+                return
+            payload = bytes(buffer[offset: offset + length])
+            del buffer[: offset + length]
+            if opcode == 0x1:
+                self.on_frame(payload, now)
+            else:
+                self._control(opcode, payload)
+
+
 async def _subscriber_main(port: int, count: int, channel: str, out: Path) -> None:
+    import base64
+
     import orjson
-    from websockets.asyncio.client import connect
 
     from nostr.nip42 import make_auth_event
 
     url = f"ws://{BENCH_HOST}:{port}/"
+    loop = asyncio.get_running_loop()
     received: dict[str, list[float]] = {}
     load_counts = [0]
     notices: list[str] = []
-    ready = asyncio.Event()
-    opened = [0]
+    last_frame = [time.time()]
+    latency_tag = LATENCY_TAG.encode()
 
-    async def one(index: int) -> None:
-        async with connect(url, max_size=2**22, open_timeout=60, ping_interval=None) as ws:
-            challenge = orjson.loads(await ws.recv())[1]
-            auth = make_auth_event(READER_SECRET, challenge=challenge, relay_url=url)
-            await ws.send(orjson.dumps(["AUTH", auth]).decode())
-            assert orjson.loads(await ws.recv())[2] is True
-            await ws.send(orjson.dumps(
-                ["REQ", "s", {"kinds": [45010], "#h": [channel], "limit": 0}]
-            ).decode())
-            assert orjson.loads(await ws.recv())[0] == "EOSE"
-            opened[0] += 1
-            if opened[0] == count:
-                ready.set()
-            async for frame in ws:
-                now = time.time()
-                assert isinstance(frame, str)
-                if frame.startswith('["EVENT"'):
-                    if LATENCY_TAG in frame:
-                        event_id = frame[frame.index('"id":"') + 6:][:64]
-                        received.setdefault(event_id, []).append(now)
-                    else:
-                        load_counts[0] += 1
-                elif frame.startswith('["NOTICE"'):
-                    notices.append(frame)
+    async def one() -> None:
+        replies: asyncio.Queue[bytes] = asyncio.Queue()
+        live = [False]
 
-    tasks = []
-    for index in range(count):
-        tasks.append(asyncio.create_task(one(index)))
-        if index % 50 == 49:  # stay under the listen backlog while the relay authenticates
-            await asyncio.sleep(0.05)
-    done_waiting = asyncio.create_task(ready.wait())
-    failed = asyncio.create_task(_first_failure(tasks))
-    await asyncio.wait([done_waiting, failed], return_when=asyncio.FIRST_COMPLETED)
-    if failed.done() and failed.result() is not None:
-        raise failed.result()  # type: ignore[misc]
+        def on_frame(payload: bytes, now: float) -> None:
+            last_frame[0] = now
+            if not live[0]:
+                replies.put_nowait(payload)
+            elif payload.startswith(b'["EVENT"'):
+                if latency_tag in payload:
+                    start = payload.index(b'"id":"') + 6
+                    received.setdefault(payload[start: start + 64].decode(), []).append(now)
+                else:
+                    load_counts[0] += 1
+            elif payload.startswith(b'["NOTICE"'):
+                notices.append(payload.decode())
+
+        key = base64.b64encode(os.urandom(16)).decode()
+        _, protocol = await loop.create_connection(
+            lambda: LeanSubscriber(key, on_frame), "127.0.0.1", port
+        )
+        protocol.transport.write(
+            f"GET / HTTP/1.1\r\nHost: {BENCH_HOST}:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        await protocol.handshaken
+        challenge = orjson.loads(await replies.get())[1]
+        auth = make_auth_event(READER_SECRET, challenge=challenge, relay_url=url)
+        protocol.send_text(orjson.dumps(["AUTH", auth]).decode())
+        assert orjson.loads(await replies.get())[2] is True
+        live[0] = True  # the EOSE comes next; live frames after it are counted as they arrive
+        protocol.send_text(orjson.dumps(
+            ["REQ", "s", {"kinds": [45010], "#h": [channel], "limit": 0}]
+        ).decode())
+
+    for start in range(0, count, 50):  # stay under the listen backlog while the relay auths
+        await asyncio.gather(*(one() for _ in range(min(50, count - start))))
+    await asyncio.sleep(0.5)  # the last EOSEs
     print("ready", flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    await loop.run_in_executor(None, sys.stdin.readline)
+    # Let the relay finish what it still has queued: stop once nothing arrived for 2 s.
+    deadline = time.time() + 120
+    while time.time() - last_frame[0] < 2.0 and time.time() < deadline:
+        await asyncio.sleep(0.2)
     out.write_text(json.dumps({"received": received, "load": load_counts[0], "notices": notices}))
-    for task in tasks:
-        task.cancel()
-
-
-async def _first_failure(tasks: list[asyncio.Task[None]]) -> BaseException | None:
-    for finished in asyncio.as_completed(tasks):
-        try:
-            await finished
-        except asyncio.CancelledError:
-            return None
-        except BaseException as exc:
-            return exc
-    return None
 
 
 # --- the writer -------------------------------------------------------------------------
@@ -162,17 +242,18 @@ async def _publish(ws: Any, event: dict[str, Any]) -> bool:
             return bool(answer[2]) and answer[3] == ""
 
 
-async def _latency_phase(port: int, h: str, events: int, rate: float) -> list[str]:
+async def _latency_phase(port: int, h: str, events: int, rate: float) -> dict[str, float]:
+    """Writes one at a time; the time each write's OK (acceptance) reached the writer."""
     ws = await _writer(port)
-    ids = []
+    accepted: dict[str, float] = {}
     for _ in range(events):
         started = time.monotonic()
         event = _event(h, "latency")
         assert await _publish(ws, event)
-        ids.append(event["id"])
+        accepted[event["id"]] = time.time()
         await asyncio.sleep(max(0.0, 1 / rate - (time.monotonic() - started)))
     await ws.close()
-    return ids
+    return accepted
 
 
 async def _load_phase(port: int, h: str, writers: int, seconds: float) -> int:
@@ -191,12 +272,31 @@ async def _load_phase(port: int, h: str, writers: int, seconds: float) -> int:
     return accepted[0]
 
 
+def _process_tree(port: int) -> list[Any]:
+    """The relay process serving `port` and its workers."""
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "serve" in cmdline and str(port) in cmdline:
+            return [proc, *proc.children(recursive=True)]
+    raise RuntimeError(f"no relay process serves port {port}")
+
+
+def _cpu_seconds(processes: list[Any]) -> float:
+    total = 0.0
+    for proc in processes:
+        times = proc.cpu_times()
+        total += times.user + times.system
+    return total
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def run(port: int, *, subscribers: int, procs: int, events: int, rate: float,
+def run(port: int, write_port: int, *, subscribers: int, procs: int, events: int, rate: float,
         writers: int, seconds: float) -> list[object]:
     from django.db import connection
 
@@ -225,11 +325,14 @@ def run(port: int, *, subscribers: int, procs: int, events: int, rate: float,
             raise RuntimeError(f"a subscriber process failed (exit {client.wait()})")
     connect_seconds = time.monotonic() - connect_started
 
-    ids = asyncio.run(_latency_phase(port, str(h), events, rate))
+    relay = _process_tree(port)
+    cpu_before = _cpu_seconds(relay)
+    accepted_at = asyncio.run(_latency_phase(write_port, str(h), events, rate))
+    cpu_latency_phase = _cpu_seconds(relay) - cpu_before
+    ids = list(accepted_at)
     load_started = time.monotonic()
-    accepted = asyncio.run(_load_phase(port, str(h), writers, seconds))
+    accepted = asyncio.run(_load_phase(write_port, str(h), writers, seconds))
     load_rate = accepted / (time.monotonic() - load_started)
-    time.sleep(2.0)  # let the last deliveries land
     for client in clients:
         assert client.stdin is not None
         client.stdin.write("stop\n")
@@ -246,7 +349,14 @@ def run(port: int, *, subscribers: int, procs: int, events: int, rate: float,
             [community.pk, ids],
         )
         stored = dict(cursor.fetchall())
-    latencies = [
+    after_ok = [
+        (t - accepted_at[event_id]) * 1000
+        for result in results
+        for event_id, times in result["received"].items()
+        if event_id in accepted_at
+        for t in times
+    ]
+    after_stored = [
         (t - stored[event_id]) * 1000
         for result in results
         for event_id, times in result["received"].items()
@@ -255,11 +365,14 @@ def run(port: int, *, subscribers: int, procs: int, events: int, rate: float,
     ]
     load_received = sum(r["load"] for r in results)
     notices = sum(len(r["notices"]) for r in results)
+    frames = max(1, len(after_ok))
     return [
         subscribers, f"{connect_seconds:.1f}",
-        f"{_percentile(latencies, 0.5):.1f}", f"{_percentile(latencies, 0.99):.1f}",
-        f"{max(latencies, default=float('nan')):.1f}",
-        f"{len(latencies) / (len(ids) * subscribers):.4f}",
+        f"{cpu_latency_phase / frames * 1e6:.0f}",
+        f"{_percentile(after_ok, 0.5):.1f}", f"{_percentile(after_ok, 0.99):.1f}",
+        f"{max(after_ok, default=float('nan')):.1f}",
+        f"{_percentile(after_stored, 0.5):.1f}", f"{_percentile(after_stored, 0.99):.1f}",
+        f"{len(after_ok) / (len(ids) * subscribers):.4f}",
         f"{load_rate:.0f}",
         f"{load_received / max(1, accepted * subscribers):.4f}",
         notices,
@@ -295,8 +408,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--subscribers", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--procs", type=int, default=2, help="subscriber client processes")
-    parser.add_argument("--events", type=int, default=100, help="latency-phase writes")
-    parser.add_argument("--rate", type=float, default=20.0, help="latency-phase writes/s")
+    parser.add_argument("--events", type=int, default=50, help="latency-phase writes")
+    parser.add_argument("--rate", type=float, default=5.0, help="latency-phase writes/s")
     parser.add_argument("--writers", type=int, default=4, help="load-phase writer connections")
     parser.add_argument("--seconds", type=float, default=5.0, help="load-phase duration")
     parser.add_argument("--workers", type=int, default=1, help="relay worker processes")
@@ -318,18 +431,27 @@ def main() -> int:
         import django
 
         django.setup()
+        # Subscribers on one instance, writers on another: the writer's OK is then not queued
+        # behind the fan-out it causes, and the delivery crosses instances as in a fleet.
         server = start_serve(svc, args.workers)
+        write_server = start_serve(svc, 1)
         try:
             for n in args.subscribers:
-                rows.append(run(server.port, subscribers=n, procs=args.procs,
-                                events=args.events, rate=args.rate, writers=args.writers,
-                                seconds=args.seconds))
+                rows.append(run(server.port, write_server.port, subscribers=n,
+                                procs=args.procs, events=args.events, rate=args.rate,
+                                writers=args.writers, seconds=args.seconds))
         finally:
             server.stop()
-    print(f"WebSocket sync, buzz-admin serve x{args.workers}, {args.procs} client processes;"
-          " latency = subscriber receive - the relay's stored stamp, per (event, subscriber)")
+            write_server.stop()
+    print(f"WebSocket sync, subscribers' instance: buzz-admin serve x{args.workers},"
+          f" {args.procs} client processes; writers on a second instance."
+          " Latency per (event, subscriber): receive time - the time the writer got OK (the"
+          " relay answers OK once the commit is published); 'stored': - the event's stored"
+          " stamp (adds the write's own transaction)")
     print_table(
-        ["subscribers", "connect s", "p50 ms", "p99 ms", "max ms", "delivered",
+        ["subscribers", "connect s", "relay CPU us/frame", "p50 ms", "p99 ms", "max ms",
+         "stored p50",
+         "stored p99", "delivered",
          "writes/s (load)", "load delivered", "NOTICEs"],
         rows,
     )

@@ -3,7 +3,7 @@
 One consumer per connection. It parses (artifacts.ws.messages), authorizes and makes one call:
 the ingest service for EVENT, the replay selector for REQ; live events come from the process's
 hub (artifacts.ws.hub), which hands each committed event to `deliver`. Everything the client
-receives goes through the connection's bounded outbox, written by its own task.
+receives goes through the connection's bounded outbox (artifacts.ws.outbox).
 
 Several pubkeys may authenticate on one connection; a subscription is served what ANY of them
 may read (open channels, and private channels where one of them is an active member), and an
@@ -147,11 +147,11 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         self.address = client_address(self.scope)
         self.challenge = secrets.token_urlsafe(24)
         self.outbox = Outbox(
+            self._send_frame,
             max_live=getattr(settings, "RELAY_WS_OUTBOX_MAX_LIVE", MAX_OUTBOX_LIVE),
             max_bytes=getattr(settings, "RELAY_WS_OUTBOX_MAX_BYTES", MAX_OUTBOX_BYTES),
         )
         await self.accept()
-        self.writer = asyncio.create_task(self._write_forever())
         shutdown.register(self)
         self._reply(auth_challenge(self.challenge))
 
@@ -161,17 +161,7 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         if self.hub is not None:
             await self.hub.leave(self)
         if self.outbox is not None:
-            self.outbox.closed = True
-            self.writer.cancel()
-
-    async def _write_forever(self) -> None:
-        assert self.outbox is not None
-        try:
-            await self.outbox.run(self._send_frame)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the socket went away under us
-            logger.debug("WebSocket writer stopped: %s", exc)
+            self.outbox.close()
 
     async def _send_frame(self, frame: str) -> None:
         # Straight to the server: Channels' send() only wraps this same message (hot path).
@@ -188,8 +178,11 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     async def _close(self, code: int, reason: str) -> None:
         self.closing = True
         if self.outbox is not None:
-            self.outbox.closed = True
-        await self.close(code=code, reason=reason)
+            self.outbox.close()
+        try:
+            await self.close(code=code, reason=reason)
+        except Exception as exc:  # already gone
+            logger.debug("WebSocket close failed: %s", exc)
 
     # Client messages ----------------------------------------------------------------------
 

@@ -14,7 +14,10 @@ process, whatever the number of sockets). For each commit message it
    blocking (a slow socket only ever fills its own bounded outbox).
 
 Messages are handled one at a time, in arrival order, so an access change is applied before the
-events that follow it. Changes that store no event (operators' archive, restore, policy and
+events that follow it. A process that cannot keep up (its backlog of messages grows older than
+`MAX_LAG_SECONDS`) does not deliver the stale events: it reports them as lost (NOTICE: run an
+HTTP round), which empties the backlog quickly and bounds both memory and delivery latency.
+Changes that store no event (operators' archive, restore, policy and
 member edits) reach the hub through `publish.announce_access_change` when the operator code
 calls it, and in any case through a poll of the community's listing version, policy and
 membership marks every `POLL_SECONDS`.
@@ -47,6 +50,8 @@ __all__ = ["AccessCache", "HubClient", "SyncHub", "get_hub"]
 logger = logging.getLogger(__name__)
 
 SEQUENCE_GRACE_SECONDS = 1.0
+# Live events published longer ago than this are reported lost instead of delivered (overload).
+MAX_LAG_SECONDS = 5.0
 ACCESS_TTL_SECONDS = 30.0
 POLL_SECONDS = 2.0
 # InMemoryChannelLayer forgets group members after a day: re-join well before.
@@ -226,8 +231,13 @@ class SyncHub:
                 community_id, None if EVERY_CHANNEL in access else frozenset(access)
             )
         entries: list[dict[str, Any]] = message.get("events") or []
-        if entries:
-            await self._deliver(community_id, entries)
+        if not entries:
+            return
+        if time.time() - float(message.get("t", 0) or time.time()) > MAX_LAG_SECONDS:
+            for client in list(self._clients.get(community_id, ())):
+                client.live_missed(len(entries))
+            return
+        await self._deliver(community_id, entries)
 
     def _report_losses(self, community_id: int, now: float | None) -> None:
         tracker = self._trackers.get(community_id)

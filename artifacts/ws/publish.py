@@ -11,7 +11,8 @@ group (coarse groups; each relay process's hub matches filters locally), carryin
 - `seq`: the group's next sequence number (Redis INCR, shared by every instance), so a hub that
   misses a message notices the gap and tells its subscribers to run an HTTP round;
 - `lost`: set when an earlier publish of this process to the group failed before it had a
-  sequence number (Redis down): a loss no gap could show.
+  sequence number (Redis down): a loss no gap could show;
+- `t`: the publisher's clock when it published, so an overloaded hub can tell a backlog.
 
 Publishing never raises into the writer: the write is committed whatever happens here.
 """
@@ -22,6 +23,7 @@ import asyncio
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Collection
 from typing import Any
 
@@ -214,6 +216,7 @@ def _publish(community_id: int, live: list[dict[str, Any]], access: list[str]) -
         "c": community_id,
         "seq": seq,
         "lost": group in _lost_groups,
+        "t": time.time(),
         "events": live,
         "access": access,
     }

@@ -1,5 +1,6 @@
 """The per-connection outbox: replies always queued, live events dropped (and counted) when
-the client is slow, one NOTICE once it catches up, never blocking the producer."""
+the client is slow, one NOTICE once it catches up, frames in order, never blocking the
+producer, and no task switch at all while the client keeps up."""
 
 from __future__ import annotations
 
@@ -7,71 +8,112 @@ import asyncio
 
 import orjson
 
-from artifacts.ws.outbox import Outbox
+from artifacts.ws.outbox import NOTICE_INTERVAL, Outbox
 
 
-async def _run_blocked(outbox: Outbox) -> tuple[list[str], asyncio.Event, asyncio.Task[None]]:
-    sent: list[str] = []
-    gate = asyncio.Event()
+class Socket:
+    """A fake server send: instant while open, waiting while `blocked` is clear."""
 
-    async def send(frame: str) -> None:
-        await gate.wait()
-        sent.append(frame)
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.open = asyncio.Event()
+        self.open.set()
 
-    task = asyncio.create_task(outbox.run(send))
-    await asyncio.sleep(0)
-    return sent, gate, task
+    async def send(self, frame: str) -> None:
+        await self.open.wait()
+        self.sent.append(frame)
+
+
+async def _settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def test_a_client_that_keeps_up_gets_frames_synchronously() -> None:
+    async def scenario() -> None:
+        socket = Socket()
+        outbox = Outbox(socket.send, max_live=3, max_bytes=10_000)
+        outbox.put_reply("r0")
+        outbox.put_live("l0")
+        # Sent within the calls themselves: no task left behind.
+        assert socket.sent == ["r0", "l0"] and outbox.idle
+
+    asyncio.run(scenario())
 
 
 def test_live_overflow_is_dropped_then_reported_once() -> None:
     async def scenario() -> None:
-        outbox = Outbox(max_live=3, max_bytes=10_000)
-        sent, gate, task = await _run_blocked(outbox)
-        outbox.put_reply("r0")
-        await asyncio.sleep(0)  # the writer takes r0 and blocks sending it
+        socket = Socket()
+        outbox = Outbox(socket.send, max_live=3, max_bytes=10_000)
+        socket.open.clear()
+        outbox.put_reply("r0")  # the drain now waits in send("r0")
         accepted = [outbox.put_live(f"l{n}") for n in range(5)]
         assert accepted == [True, True, True, False, False]
         assert outbox.put_reply("r1")  # replies are never dropped
-        gate.set()
-        for _ in range(20):
-            await asyncio.sleep(0)
-        assert sent[:5] == ["r0", "l0", "l1", "l2", "r1"]
-        notice = orjson.loads(sent[5])
+        assert not outbox.idle and socket.sent == []
+        socket.open.set()
+        await _settle()
+        assert socket.sent[:5] == ["r0", "l0", "l1", "l2", "r1"]
+        notice = orjson.loads(socket.sent[5])
         assert notice[0] == "NOTICE" and notice[1].startswith("error: 2 live event")
-        assert len(sent) == 6
+        assert len(socket.sent) == 6 and outbox.idle
         # Caught up: nothing more is dropped.
-        assert outbox.put_live("l5")
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert sent[-1] == "l5"
-        task.cancel()
+        assert outbox.put_live("l5") and socket.sent[-1] == "l5"
 
     asyncio.run(scenario())
 
 
 def test_a_client_that_does_not_read_is_detected_by_queued_bytes() -> None:
     async def scenario() -> None:
-        outbox = Outbox(max_live=1000, max_bytes=100)
-        _, _, task = await _run_blocked(outbox)
-        assert outbox.put_reply("x" * 60)
-        await asyncio.sleep(0)
+        socket = Socket()
+        socket.open.clear()
+        outbox = Outbox(socket.send, max_live=1000, max_bytes=100)
+        assert outbox.put_reply("x" * 60)  # in flight
         assert outbox.put_reply("y" * 60)
-        assert not outbox.put_reply("z" * 60)  # over max_bytes: the connection closes it
-        assert not outbox.put_live("w" * 10)  # live frames count against the bytes too
-        task.cancel()
+        assert outbox.put_reply("z" * 40)
+        assert not outbox.put_reply("w" * 10)  # over max_bytes: the connection closes it
+        assert not outbox.put_live("v")  # live frames count against the bytes too
+        outbox.close()
+        await _settle()
+        assert socket.sent == [] and outbox.idle
 
     asyncio.run(scenario())
 
 
 def test_losses_upstream_get_the_same_notice() -> None:
     async def scenario() -> None:
-        outbox = Outbox(max_live=10, max_bytes=10_000)
-        sent, gate, task = await _run_blocked(outbox)
-        gate.set()
+        socket = Socket()
+        outbox = Outbox(socket.send, max_live=10, max_bytes=10_000)
         outbox.drop_counted(4)
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert len(sent) == 1 and "4 live event" in orjson.loads(sent[0])[1]
-        task.cancel()
+        assert len(socket.sent) == 1 and "4 live event" in orjson.loads(socket.sent[0])[1]
+
+    asyncio.run(scenario())
+
+
+def test_a_failing_send_closes_the_outbox() -> None:
+    async def scenario() -> None:
+        async def broken(frame: str) -> None:
+            raise ConnectionResetError("gone")
+
+        outbox = Outbox(broken, max_live=10, max_bytes=10_000)
+        outbox.put_reply("a")
+        assert outbox.closed and outbox.idle
+        assert not outbox.put_live("b")
+
+    asyncio.run(scenario())
+
+
+def test_loss_notices_are_summed_not_repeated() -> None:
+    async def scenario() -> None:
+        socket = Socket()
+        outbox = Outbox(socket.send, max_live=10, max_bytes=10_000)
+        outbox.drop_counted(1)
+        outbox.drop_counted(2)
+        outbox.drop_counted(3)
+        assert len(socket.sent) == 1 and "1 live event" in socket.sent[0]
+        outbox.put_live("still delivered")
+        assert socket.sent[-1] == "still delivered"
+        await asyncio.sleep(NOTICE_INTERVAL + 0.1)
+        assert len(socket.sent) == 3 and "5 live event" in socket.sent[-1]
 
     asyncio.run(scenario())

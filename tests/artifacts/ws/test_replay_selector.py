@@ -67,7 +67,7 @@ def _history(community: Any, channels: list[str], plan: list[tuple[str, int, int
         elif op == "delete":
             art["head"] = delete_artifact(community, OWNER, art["d"], art["h"], prev=art["head"])
             art["deleted"] = True
-        elif op == "redact" and not art.get("redacted") == art["head"]:
+        elif op == "redact" and art.get("redacted") != art["head"]:
             redact(community, OWNER, art["h"], art["head"])
             art["redacted"] = art["head"]
 
