@@ -23,7 +23,7 @@ import pytest
 
 from buzzclient import Syncer
 from buzzclient.store import CollectionKey
-from tests.buzzclient.test_against_relay import World
+from tests.buzzclient.world import World, settle
 from tests.factories import redact, write
 from tests.relay_server import ROOT, RelayProcess, start_relay
 
@@ -149,7 +149,7 @@ def test_killed_anywhere_the_next_run_ends_equal_to_a_fresh_full_read(
     assert min(killed.values()) >= 3, killed
     assert before_commit >= 1
 
-    time.sleep(1.1)  # past the relay's fence cache (see test_against_relay.settle)
+    settle()
     final = buzz_sync(fast_relay, key_file, db, limit=25)
     _out, err = final.communicate(timeout=120)
     assert final.returncode == 0, err

@@ -20,7 +20,7 @@ from buzzclient.sync import RoundSummary
 from buzzclient.watch import watch
 from nostr.schnorr import generate_secret
 from tests.buzzclient.fake_relay import serve
-from tests.buzzclient.test_against_relay import World
+from tests.buzzclient.world import World
 from tests.relay_server import ROOT, RelayProcess
 
 
