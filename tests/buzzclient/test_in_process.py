@@ -11,7 +11,7 @@ import httpx
 import pytest
 from django.core.wsgi import get_wsgi_application
 
-from buzzclient import CollectionStore, sync_once
+from buzzclient import CollectionStore, Unauthorized, sync_once
 from tests.factories import (
     Key,
     add_member,
@@ -50,3 +50,18 @@ def test_sync_once_drives_an_in_process_relay(tmp_path: Path) -> None:
         # every write made before (the model test's quiet final round is such a round).
         time.sleep(1.1)
         assert read(bob) == read(carol) == {d1: head1b, d2: head2}
+
+
+def test_a_401_from_the_relay_is_one_clear_error(tmp_path: Path, settings: object) -> None:
+    # The relay is told it is public at another address: the NIP-98 `u` tag the client signs
+    # (the URL it actually uses) no longer matches, and the relay answers 401.
+    settings.RELAY_PUBLIC_URL = "https://relay.example"  # type: ignore[attr-defined]
+    make_community(host="relay.example")
+    http = httpx.Client(transport=httpx.WSGITransport(app=get_wsgi_application()))
+    with pytest.raises(Unauthorized) as refused:
+        sync_once(relay_url="http://127.0.0.1", secret_hex=make_key().secret,
+                  db=tmp_path / "c.sqlite", http_client=http)
+    assert str(refused.value) == (
+        "relay http://127.0.0.1 refused our key (401): auth event u tag does not match the"
+        " request URL"
+    )
