@@ -76,57 +76,75 @@ def window_sql(phase: Phase, *, with_cursor: bool, has_channels: bool, has_types
     channels_param = "filter_h" if has_channels else None
     at, key = _POSITION[phase]
     if phase is Phase.MOVES:
-        head_join = (
-            "JOIN artifact_heads h"
-            " ON h.community_id = %(community)s AND h.artifact_id = s.artifact_id"
-        )
-        skip_own_heads = " AND NOT (h.modified_at >= %(low)s AND h.modified_at < %(round_t)s)"
-        head = "h"
+        # Each move stands for its artifact's current head. LEFT JOIN: the window's rows are
+        # counted for the trailer whatever the join finds.
+        heads = """
+            SELECT w.modified_at AS at, w.event_id AS pos, h.artifact_id, h.event_id,
+                   h.channel_id, h.artifact_type, h.deleted,
+                   h.modified_at >= %(low)s AND h.modified_at < %(round_t)s AS own_phase
+              FROM w LEFT JOIN artifact_heads h
+                ON h.community_id = %(community)s AND h.artifact_id = w.artifact_id"""
+        skip = " AND s.artifact_id IS NOT NULL AND NOT s.own_phase"
     else:
-        head_join, skip_own_heads, head = "", "", "s"
-    # Each candidate's flags, computed once (MATERIALIZED: the planner must not copy the
-    # readability test into every expression that uses it).
+        heads = """
+            SELECT w.modified_at AS at, w.artifact_id AS pos, w.artifact_id, w.event_id,
+                   w.channel_id, w.artifact_type, w.deleted
+              FROM w"""
+        skip = ""
+    # The reader's readable channels among the window's home channels: at most one lookup per
+    # distinct channel of the window (never a scan of the community's channels), then a hash.
+    readable_homes = f"""
+            SELECT ch.channel_id FROM (SELECT DISTINCT channel_id FROM s) x
+              JOIN channels ch
+                ON ch.community_id = %(community)s AND ch.channel_id = x.channel_id
+             WHERE ch.deleted_at IS NULL
+               AND (ch.visibility = 'open' OR EXISTS (
+                    SELECT 1 FROM channel_members m
+                     WHERE m.community_id = %(community)s AND m.channel_id = ch.channel_id
+                       AND m.pubkey = %(reader)s AND m.removed_at IS NULL))
+                   {_narrow("ch.channel_id", channels_param, "uuid")}"""
     candidates = f"""
-        SELECT s.{at} AS at, s.{key} AS pos, s.{key}::text AS key, {head}.artifact_id,
-               {head}.event_id,
-               {head}.deleted,
-               {channel_readable(f"{head}.channel_id")}
-               {_narrow(f"{head}.channel_id", channels_param, "uuid")} AS home_ok
-          FROM s {head_join}
-         WHERE TRUE{_narrow(f"{head}.artifact_type", "types" if has_types else None, "text")}
-               {skip_own_heads}"""
+            SELECT s.at, s.pos, s.pos::text AS key, s.artifact_id, s.event_id, s.deleted,
+                   s.channel_id IN (SELECT channel_id FROM rc) AS home_ok
+              FROM s
+             WHERE TRUE{_narrow("s.artifact_type", "types" if has_types else None, "text")}{skip}"""
     if phase is Phase.FULL:
         hits = """
-        SELECT c.at, c.pos, c.key, c.artifact_id, e.raw, NULL::text AS reason
-          FROM c JOIN events e ON e.community_id = %(community)s AND e.event_id = c.event_id
-         WHERE c.home_ok AND NOT c.deleted AND e.deleted_at IS NULL
-         ORDER BY c.at, c.pos LIMIT %(want)s"""
+            SELECT c.at, c.pos, c.key, c.artifact_id, e.raw, NULL::text AS reason
+              FROM c JOIN events e
+                ON e.community_id = %(community)s AND e.event_id = c.event_id
+             WHERE c.home_ok AND NOT c.deleted AND e.deleted_at IS NULL
+             ORDER BY c.at, c.pos LIMIT %(want)s"""
     else:
         moved_from_readable = f"""EXISTS (
-            SELECT 1 FROM artifact_revisions mv
-             WHERE mv.community_id = %(community)s AND mv.artifact_id = c.artifact_id
-               AND mv.source_channel_id IS NOT NULL AND mv.modified_at >= %(low)s
-               {_narrow("mv.source_channel_id", channels_param, "uuid")}
-               AND {channel_readable("mv.source_channel_id")})"""
+                SELECT 1 FROM artifact_revisions mv
+                 WHERE mv.community_id = %(community)s AND mv.artifact_id = c.artifact_id
+                   AND mv.source_channel_id IS NOT NULL AND mv.modified_at >= %(low)s
+                   {_narrow("mv.source_channel_id", channels_param, "uuid")}
+                   AND {channel_readable("mv.source_channel_id")})"""
         hits = f"""
-        SELECT c.at, c.pos, c.key, c.artifact_id,
-               CASE WHEN c.home_ok AND NOT c.deleted AND e.deleted_at IS NULL
-                    THEN e.raw END AS raw,
-               CASE WHEN NOT c.home_ok THEN 'moved'
-                    WHEN c.deleted THEN 'deleted'
-                    WHEN e.deleted_at IS NOT NULL THEN 'redacted'
-                    ELSE 'access' END AS reason
-          FROM c LEFT JOIN events e
-            ON e.community_id = %(community)s AND e.event_id = c.event_id
-         WHERE c.home_ok OR {moved_from_readable}
-         ORDER BY c.at, c.pos LIMIT %(want)s"""
+            SELECT c.at, c.pos, c.key, c.artifact_id,
+                   CASE WHEN c.home_ok AND NOT c.deleted AND e.deleted_at IS NULL
+                        THEN e.raw END AS raw,
+                   CASE WHEN NOT c.home_ok THEN 'moved'
+                        WHEN c.deleted THEN 'deleted'
+                        WHEN e.deleted_at IS NOT NULL THEN 'redacted'
+                        ELSE 'access' END AS reason
+              FROM c LEFT JOIN events e
+                ON e.community_id = %(community)s AND e.event_id = c.event_id
+             WHERE c.home_ok OR {moved_from_readable}
+             ORDER BY c.at, c.pos LIMIT %(want)s"""
+    # MATERIALIZED throughout: each step is computed once, in the window's order of size, and
+    # the planner cannot copy the readability test into every expression that uses it.
     return f"""
-        WITH s AS MATERIALIZED ({_window(phase, with_cursor=with_cursor)}),
+        WITH w AS MATERIALIZED ({_window(phase, with_cursor=with_cursor)}),
+             s AS MATERIALIZED ({heads}),
+             rc AS MATERIALIZED ({readable_homes}),
              c AS MATERIALIZED ({candidates}),
              hits AS ({hits})
         SELECT 0 AS kind, at, pos, key, artifact_id::text, raw, reason, NULL::bigint FROM hits
         UNION ALL
         SELECT 1, at, pos, key, NULL, NULL, NULL, n FROM (
-            SELECT s.{at} AS at, s.{key} AS pos, s.{key}::text AS key, count(*) OVER () AS n
-              FROM s ORDER BY s.{at} DESC, s.{key} DESC LIMIT 1) last
+            SELECT w.{at} AS at, w.{key} AS pos, w.{key}::text AS key, count(*) OVER () AS n
+              FROM w ORDER BY w.{at} DESC, w.{key} DESC LIMIT 1) last
         ORDER BY kind, at, pos"""
