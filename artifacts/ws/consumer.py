@@ -306,7 +306,14 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                 self._reply(closed(sub_id, RESTRICTED_CHANNELS))
                 return
             if self.hub is None:
-                await hub.join(self)
+                try:
+                    await hub.join(self)
+                except DatabaseError:
+                    raise
+                except Exception as exc:  # the channel layer (Redis) is unavailable
+                    logger.warning("WebSocket REQ: joining the live stream failed: %s", exc)
+                    self._reply(closed(sub_id, "error: live events are unavailable; retry later"))
+                    return
                 self.hub = hub
             # Registered before the replay query: whatever commits after its snapshot arrives
             # live (held in `pending` until EOSE).

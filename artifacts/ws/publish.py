@@ -85,19 +85,37 @@ def community_group(community_id: int) -> str:
     return f"buzzsync.{_namespace()}.c{community_id}"
 
 
+class RedisUnavailable(Exception):
+    """Redis is configured but down (or was within the last seconds): nothing can be published."""
+
+
 def _redis() -> Any | None:
+    """The shared Redis client, or None without Redis (the in-memory layer of one process).
+
+    Uses the rate limiter's circuit breaker: while Redis is known to be down, writers do not
+    each wait for a connect timeout.
+    """
     if not settings.CONFIG.redis_url:
         return None
-    from django_redis import get_redis_connection
+    from buzzrelay.ratelimit import redis_client
 
-    return get_redis_connection("default")
+    client = redis_client()
+    if client is None:
+        raise RedisUnavailable("Redis is unavailable")
+    return client
 
 
 def next_sequence(group: str) -> int:
     """The group's next sequence number: Redis INCR (fleet-wide) or a process counter."""
     client = _redis()
     if client is not None:
-        return int(client.incr(f"{group}:seq"))
+        try:
+            return int(client.incr(f"{group}:seq"))
+        except Exception:
+            from buzzrelay.ratelimit import mark_redis_down
+
+            mark_redis_down()
+            raise
     with _local_lock:
         _local_sequences[group] = _local_sequences.get(group, 0) + 1
         return _local_sequences[group]

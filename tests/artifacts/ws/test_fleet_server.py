@@ -66,3 +66,27 @@ def test_a_lost_live_message_is_reported_with_a_notice(relay_server: RelayProces
     assert ws.next_event("s")["id"] == head
     assert ws.expect_quiet(1.5) == []
     ws.close()
+
+
+def test_a_single_instance_without_redis_delivers_through_the_in_memory_layer() -> None:
+    """The quickstart: no REDIS_URL, so the in-process channel layer and sequence counter."""
+    community = make_community()
+    alice, bob = make_key(), make_key()
+    h = make_channel(community, owner=alice, members=[bob])
+    relay = start_relay({"REDIS_URL": None})
+    try:
+        subscriber = NostrWs(relay.port)
+        subscriber.auth(bob)
+        assert subscriber.replay("s", {"#h": [h]}) == []
+        writer = NostrWs(relay.port)
+        writer.auth(alice)
+        for _ in range(3):
+            tags = artifact_tags(op="create", d=str(uuid.uuid4()), h=h)
+            event = signed_event(alice, 45010, tags, "{}")
+            assert writer.publish(event)[2] is True
+            assert subscriber.next_event("s")["id"] == event["id"]
+        assert subscriber.expect_quiet(1.5) == []
+        writer.close()
+        subscriber.close()
+    finally:
+        relay.stop()
