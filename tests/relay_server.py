@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -89,11 +90,9 @@ def server_env(overrides: Mapping[str, str | None] | None = None) -> dict[str, s
     """The environment of a server on the pytest database (call after Django's test DB setup)."""
     from django.conf import settings
 
-    db = settings.DATABASES["default"]
-    user = db.get("USER") or "postgres"
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    port = f":{db['PORT']}" if db.get("PORT") else ""
-    database_url = f"postgres://{user}{password}@{db.get('HOST') or HOST}{port}/{db['NAME']}"
+    # The suite's own DATABASE_URL (options and credentials kept), naming the test database.
+    parts = urlsplit(os.environ["DATABASE_URL"])
+    database_url = urlunsplit(parts._replace(path="/" + settings.DATABASES["default"]["NAME"]))
     env = {
         k: v
         for k, v in os.environ.items()

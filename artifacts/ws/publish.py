@@ -20,11 +20,14 @@ Publishing never raises into the writer: the write is committed whatever happens
 from __future__ import annotations
 
 import asyncio
+import atexit
 import hashlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Collection
+from concurrent.futures import Future, wait
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -221,31 +224,92 @@ def _publish(community_id: int, live: list[dict[str, Any]], access: list[str]) -
     if layer is None:
         return
     group = community_group(community_id)
+    message = {
+        "type": MESSAGE_TYPE,
+        "c": community_id,
+        "seq": 0,
+        "lost": False,
+        "t": time.time(),
+        "events": live,
+        "access": access,
+    }
+    if settings.CONFIG.redis_url:
+        # Numbered and sent by this process's publisher thread, in submission order: the writer
+        # does not wait for Redis, and one loop keeps one connection (a loop per call, as
+        # async_to_sync from a plain thread makes, would cost a connection per write).
+        _publisher().submit(layer, group, message)
+        return
+    # The in-memory layer lives on the serving loop: publish there (async_to_sync finds it from
+    # the request's or connection's worker thread).
     try:
-        seq = next_sequence(group)
+        async_to_sync(_send)(layer, group, message)
+    except Exception as exc:
+        logger.warning("live fan-out: publish to %s failed (%s)", group, exc)
+
+
+async def _send(layer: Any, group: str, message: dict[str, Any]) -> None:
+    try:
+        message["seq"] = next_sequence(group)
     except Exception as exc:
         # Without a sequence number the hubs cannot see this loss: flag the group so the next
         # message that gets through tells them.
         logger.warning("live fan-out: no sequence number for %s (%s)", group, exc)
         _lost_groups.add(group)
         return
-    message = {
-        "type": MESSAGE_TYPE,
-        "c": community_id,
-        "seq": seq,
-        "lost": group in _lost_groups,
-        "t": time.time(),
-        "events": live,
-        "access": access,
-    }
+    # Set here, in publishing order: a loss recorded by an earlier publish is announced.
+    message["lost"] = group in _lost_groups
     try:
-        async_to_sync(_send)(layer, group, message)
+        await asyncio.wait_for(layer.group_send(group, message), PUBLISH_TIMEOUT)
     except Exception as exc:
-        # The sequence number was taken: hubs will see the gap.
+        # The sequence number was taken, so hubs see the gap.
         logger.warning("live fan-out: publish to %s failed (%s)", group, exc)
         return
     _lost_groups.discard(group)
 
 
-async def _send(layer: Any, group: str, message: dict[str, Any]) -> None:
-    await asyncio.wait_for(layer.group_send(group, message), PUBLISH_TIMEOUT)
+class _Publisher:
+    """A daemon thread running one event loop that numbers and publishes, in submission order.
+
+    Numbering (a blocking Redis INCR, bounded by the cache's socket timeouts and the rate
+    limiter's breaker) runs on this thread too, so a writer never waits for Redis.
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.pending: set[Future[None]] = set()
+        self.lock = threading.Lock()
+        thread = threading.Thread(target=self.loop.run_forever, name="buzz-live-publish")
+        thread.daemon = True
+        thread.start()
+        atexit.register(self.flush)
+
+    def submit(self, layer: Any, group: str, message: dict[str, Any]) -> None:
+        future = asyncio.run_coroutine_threadsafe(_send(layer, group, message), self.loop)
+        with self.lock:
+            self.pending.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: Future[None]) -> None:
+        with self.lock:
+            self.pending.discard(future)
+
+    def flush(self, timeout: float = 2.0) -> None:
+        """Wait for what was submitted (process exit: a command's last writes still go out)."""
+        with self.lock:
+            pending = list(self.pending)
+        if pending:
+            wait(pending, timeout=timeout)
+
+
+_publisher_instance: _Publisher | None = None
+_publisher_pid = 0
+
+
+def _publisher() -> _Publisher:
+    global _publisher_instance, _publisher_pid
+    with _local_lock:
+        # A forked worker inherits the object but not the thread: start its own.
+        if _publisher_instance is None or _publisher_pid != os.getpid():
+            _publisher_instance = _Publisher()
+            _publisher_pid = os.getpid()
+        return _publisher_instance
