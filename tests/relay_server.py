@@ -92,7 +92,8 @@ def server_env(overrides: Mapping[str, str | None] | None = None) -> dict[str, s
 
     # The suite's own DATABASE_URL (options and credentials kept), naming the test database.
     parts = urlsplit(os.environ["DATABASE_URL"])
-    database_url = urlunsplit(parts._replace(path="/" + settings.DATABASES["default"]["NAME"]))
+    test_database = str(settings.DATABASES["default"]["NAME"])
+    database_url: str = urlunsplit(parts._replace(path="/" + test_database))
     env = {
         k: v
         for k, v in os.environ.items()
