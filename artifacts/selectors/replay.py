@@ -18,6 +18,7 @@ from uuid import UUID
 
 from django.db import connection
 
+from artifacts.selectors.budget import read_transaction
 from artifacts.ws.filters import KIND_ARTIFACT, KIND_REMOVAL_MARKER
 
 __all__ = [
@@ -145,7 +146,8 @@ def replay_events(
         + _READABLE.format(channel_predicate=channel_predicate)
         + f"\nSELECT * FROM ({union}) AS replay ORDER BY 1 DESC, 2 LIMIT %(limit)s"
     )
-    with connection.cursor() as cursor:
+    # Under the read budget (2 s), like every read.
+    with read_transaction() as cursor:
         cursor.execute(sql, params)
         return [(int(created_at), event_id, raw) for created_at, event_id, raw in cursor]
 

@@ -103,7 +103,8 @@ def filters(draw: Any, universe: dict[str, list[Any]]) -> dict[str, Any]:
     return chosen
 
 
-@pytest.mark.django_db
+# Committed data: every read runs in a transaction of its own (artifacts.selectors.budget).
+@pytest.mark.django_db(transaction=True)
 @settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     plan=ops,
@@ -169,7 +170,7 @@ def test_replay_is_what_live_matching_accepts_among_replayable_events(
         assert [e for _, e, _ in limited] == [expected[0].event_id]
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_policy_changes_apply_to_the_replay() -> None:
     community = make_community(host="policy.example", artifact_types=["buzz.note", "buzz.task"])
     h = make_channel(community, owner=OWNER)
