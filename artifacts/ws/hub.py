@@ -17,10 +17,10 @@ Messages are handled one at a time, in arrival order, so an access change is app
 events that follow it. A process that cannot keep up (its backlog of messages grows older than
 `MAX_LAG_SECONDS`) does not deliver the stale events: it reports them as lost (NOTICE: run an
 HTTP round), which empties the backlog quickly and bounds both memory and delivery latency.
-Changes that store no event (operators' archive, restore, policy and
-member edits) reach the hub through `publish.announce_access_change` when the operator code
-calls it, and in any case through a poll of the community's listing version, policy and
-membership marks every `POLL_SECONDS`.
+Every readability change made through the write services (member and channel events, and
+operators' edits, which store no event) arrives as an access message (`access_changed`). A
+change made around the services (SQL by hand) is still noticed by a poll of the community's
+listing version, policy and membership marks every `POLL_SECONDS`.
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
 """Live fan-out, publishing side: every committed write is announced to its community's group.
 
 `artifacts.signals.events_committed` fires on the writer's thread after each commit that stored
-events. The receiver here turns the commit into ONE channel-layer message for the community's
-group (coarse groups; each relay process's hub matches filters locally), carrying:
+events, and `artifacts.signals.access_changed` after each commit that changed who can read what
+(member and channel events, and operators' edits, which store no event). The receivers here
+turn each into ONE channel-layer message for the community's group (coarse groups; each relay
+process's hub matches filters locally), carrying:
 
 - `events`: the stored 45010 revisions and 45011 markers, with the fields matching needs
   parsed once here instead of once per subscriber;
-- `access`: channels whose readability may have changed (member and channel events
-  9000-9008), or `"*"` for the whole community; hubs re-check subscribers at once;
+- `access`: channels whose readability changed, or `"*"` for the whole community; hubs
+  re-check their subscribers at once;
 - `seq`: the group's next sequence number (Redis INCR, shared by every instance), so a hub that
   misses a message notices the gap and tells its subscribers to run an HTTP round;
 - `lost`: set when an earlier publish of this process to the group failed before it had a
@@ -38,20 +40,18 @@ from artifacts.ws.filters import KIND_ARTIFACT, KIND_REMOVAL_MARKER
 from nostr.events import first_tag
 
 __all__ = [
-    "ACCESS_KINDS",
     "EVERY_CHANNEL",
     "announce_access_change",
     "commit_message",
     "community_group",
     "current_sequence",
     "next_sequence",
+    "on_access_changed",
     "on_events_committed",
 ]
 
 logger = logging.getLogger(__name__)
 
-# Member and channel events: each may change who can read its channel.
-ACCESS_KINDS = frozenset(range(9000, 9009))
 EVERY_CHANNEL = "*"
 MESSAGE_TYPE = "sync.commit"  # dispatched by the hub, never by a consumer
 
@@ -152,10 +152,8 @@ def _event_entry(item: dict[str, Any], types: dict[str, str]) -> dict[str, Any] 
     }
 
 
-def commit_message(
-    community_id: int, events: list[dict[str, Any]]
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """The live entries and the access changes of one committed transaction's events."""
+def commit_message(community_id: int, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The live entries of one committed transaction's events (its 45010s and 45011s)."""
     # A marker carries no type; its artifact's type (immutable) is on the move revision the
     # same transaction stored, else on the artifact's head.
     types: dict[str, str] = {}
@@ -165,7 +163,6 @@ def commit_message(
             if d is not None and artifact_type is not None:
                 types[d] = artifact_type
     live: list[dict[str, Any]] = []
-    access: list[str] = []
     for item in events:
         kind = item["kind"]
         if kind in (KIND_ARTIFACT, KIND_REMOVAL_MARKER):
@@ -174,10 +171,7 @@ def commit_message(
             entry = _event_entry(item, types)
             if entry is not None:
                 live.append(entry)
-        elif kind in ACCESS_KINDS:
-            channel_id = item.get("channel_id") or first_tag(item["event"], "h")
-            access.append(channel_id or EVERY_CHANNEL)
-    return live, access
+    return live
 
 
 def _fill_marker_type(community_id: int, item: dict[str, Any], types: dict[str, str]) -> None:
@@ -200,20 +194,28 @@ def on_events_committed(
 ) -> None:
     """Receiver of `events_committed` (connected in artifacts.apps)."""
     try:
-        live, access = commit_message(community_id, events)
+        live = commit_message(community_id, events)
     except Exception:  # a receiver must not raise into the writer
         logger.exception("cannot build the live message of a commit")
         _lost_groups.add(community_group(community_id))
         return
-    if live or access:
-        _publish(community_id, live, access)
+    if live:
+        _publish(community_id, live, [])
+
+
+def on_access_changed(
+    sender: object, *, community_id: int, channel_ids: list[str] | None, **kwargs: Any
+) -> None:
+    """Receiver of `access_changed` (connected in artifacts.apps)."""
+    announce_access_change(community_id=community_id, channel_ids=channel_ids)
 
 
 def announce_access_change(*, community_id: int, channel_ids: Collection[str] | None) -> None:
     """Tell every instance's subscribers to re-check access now (call after the commit).
 
-    For changes that store no event (operators' actions): `channel_ids` names the channels
-    whose readability may have changed, `None` the whole community (policy changes).
+    `channel_ids` names the channels whose readability may have changed, `None` the whole
+    community (policy changes). The write services do this through `access_changed`; code that
+    changes readability outside them (a manual fix) can call it directly.
     """
     access = [EVERY_CHANNEL] if channel_ids is None else [str(c) for c in channel_ids]
     _publish(community_id, [], access)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.db import connection
 
 from artifacts.services.channels import channel_update
 from artifacts.services.members import member_remove
@@ -133,7 +134,7 @@ def test_channel_turned_private_closes_non_members(relay_server: RelayProcess) -
 
 
 def test_operator_changes_without_events_are_noticed(relay_server: RelayProcess) -> None:
-    """Operators' edits store no event; the hubs' poll notices them within seconds."""
+    """Operators' edits store no event; the services announce them (`access_changed`)."""
     community = make_community()
     alice, bob = make_key(), make_key()
     private = make_channel(community, owner=alice, visibility="private", members=[bob])
@@ -146,9 +147,32 @@ def test_operator_changes_without_events_are_noticed(relay_server: RelayProcess)
     ws.replay("member", {"#h": [private]})
     ws.replay("listing", {"#h": [opened]})
     member_remove(community_id=community.pk, channel_id=uuid.UUID(private), pubkey=bob.pubkey)
-    frames = ws.recv_until(lambda f: f[0] == "CLOSED", timeout=8)
+    frames = ws.recv_until(lambda f: f[0] == "CLOSED", timeout=1.5)
     assert frames[-1][1] == "member" and frames[-1][2].startswith("restricted:")
     channel_update(community_id=community.pk, channel_id=uuid.UUID(opened), visibility="private")
-    frames = ws.recv_until(lambda f: f[0] == "CLOSED", timeout=8)
+    frames = ws.recv_until(lambda f: f[0] == "CLOSED", timeout=1.5)
     assert frames[-1][1] == "listing" and frames[-1][2].startswith("restricted:")
+    ws.close()
+
+
+def test_a_change_made_around_the_services_is_noticed_by_the_poll(
+    relay_server: RelayProcess,
+) -> None:
+    """A manual fix in SQL announces nothing; each hub's poll of the community's listing and
+    membership marks notices it within seconds."""
+    community = make_community()
+    alice, bob = make_key(), make_key()
+    private = make_channel(community, owner=alice, visibility="private", members=[bob])
+    create_artifact(community, alice, private)
+    ws = NostrWs(relay_server.port)
+    ws.auth(bob)
+    ws.replay("member", {"#h": [private]})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE channel_members SET removed_at = now(), sync_modified_at = now()"
+            " WHERE community_id = %s AND pubkey = %s",
+            [community.pk, bob.pubkey],
+        )
+    frames = ws.recv_until(lambda f: f[0] == "CLOSED", timeout=8)
+    assert frames[-1][1] == "member" and frames[-1][2].startswith("restricted:")
     ws.close()
