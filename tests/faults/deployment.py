@@ -238,7 +238,11 @@ class Deployment:
         shutil.copytree(backup, data_dir, symlinks=True)
         _chown_for_postgres(data_dir)
         data_dir.chmod(0o700)
+        # The backup holds the old server's pid and socket lock files (the socket lives in the
+        # data directory): stale, and refused at start when their pid has been reused since.
         (data_dir / "postmaster.pid").unlink(missing_ok=True)
+        for stale in data_dir.glob(".s.PGSQL.*"):
+            stale.unlink(missing_ok=True)
         self.postgres.start()
 
     def close(self) -> None:
