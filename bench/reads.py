@@ -1,7 +1,10 @@
 """Incremental reads: what a continuation round costs as the collection grows, against a full round.
 
-Seeds N artifacts (default 10k and 100k; `--n 1000000` for the big run) over N/500 channels (one
-in five private) with fast SQL, then measures in-process, against the database directly:
+Seeds one community per N (default 10k and 100k; add 1000000 for the big run) with N artifacts
+over N/500 channels (one in five private; the reader is a member of half the private ones) with
+fast SQL, once: later runs reuse a community of the right size (`--reseed` to start over). Then
+measures in-process, against the database directly, interleaving the communities run by run so
+that load from elsewhere on the machine falls on every N alike:
 
 - a continuation round after k = 10 and k = 1,000 head changes: latency p50/p99 over `--runs`
   rounds from the same token, and the shared buffers its statements touch
@@ -223,111 +226,147 @@ def _buffers(node: dict[str, Any]) -> int:
     return int(node.get("Shared Hit Blocks", 0)) + int(node.get("Shared Read Blocks", 0))
 
 
-def measure(n: int, runs: int, full_round: bool) -> dict[str, Any]:
+class Seeded:
+    """One seeded community of N artifacts (seeded once; reused by later runs)."""
+
+    def __init__(self, n: int, reseed: bool) -> None:
+        from django.db import connection
+
+        from artifacts.models import ArtifactHead, Community
+        from artifacts.services.communities import community_create
+        from nostr.schnorr import pubkey_from_secret
+
+        self.n = n
+        self.reader = pubkey_from_secret(READER_SECRET)
+        self.host = f"n{n}.{HOST}"
+        community = Community.objects.filter(host=self.host).first()
+        if community is None:
+            community = community_create(host=self.host, name=f"Bench reads {n}")
+        self.community_id = community.pk
+        self.seed_s = 0.0
+        if reseed or ArtifactHead.objects.filter(community=community).count() != n:
+            started = time.perf_counter()
+            with connection.cursor() as cursor:
+                cursor.execute("BEGIN")
+                seed(cursor, community.pk, n, self.reader)
+                cursor.execute("COMMIT")
+                for table in ("artifact_heads", "artifact_revisions", "events",
+                              "channel_members", "channels"):
+                    cursor.execute(f"VACUUM ANALYZE {table}")
+            self.seed_s = round(time.perf_counter() - started, 1)
+
+    def page(self, query: Any, *, fence_max_age: float = 0) -> Any:
+        """One page. Rounds read a fresh fence (the worst case) unless told otherwise."""
+        from artifacts.selectors.rounds import prepare_round, read_page
+
+        request = prepare_round(community_id=self.community_id, reader=self.reader, query=query)
+        return read_page(request, ready=True, overlap=OVERLAP, fence_max_age=fence_max_age)
+
+    def round(self, progress: str | None, limit: int = PAGE_LIMIT) -> tuple[int, int, Any]:
+        """A whole round from `progress`: (pages, entries, last page)."""
+        from artifacts.selectors.filters import parse_filter
+
+        pages = entries = 0
+        while True:
+            page = self.page(parse_filter(
+                {"artifact": "current", "progress": progress, "limit": limit}))
+            pages += 1
+            entries += len(page.events) + len(page.removed)
+            progress = page.progress
+            if not page.more:
+                return pages, entries, page
+
+
+OVERLAP = timedelta(seconds=120)
+
+
+def continuation(seeded: list[Seeded], k: int, runs: int) -> dict[int, dict[str, Any]]:
+    """k changes in each community, then `runs` continuation rounds from a token made just
+    before them, interleaved across the communities so load on the machine hits all alike."""
     from django.db import connection
+
+    from artifacts.selectors.filters import parse_filter
+
+    tokens, watermarks = {}, {}
+    for one in seeded:
+        with connection.cursor() as cursor:
+            # Changes of an earlier run (or of the k = 10 step) would fall in the overlap: send
+            # them back among the seeded stamps, so the round sees exactly this step's k.
+            for table in ("artifact_heads", "artifact_revisions"):
+                cursor.execute(
+                    f"UPDATE {table} SET modified_at = now() - interval '2 days'"
+                    " WHERE community_id = %s AND modified_at > now() - interval '1 day'",
+                    [one.community_id],
+                )
+            cursor.execute("SELECT now()")
+            watermarks[one.n] = cursor.fetchone()[0]
+            change(cursor, one.community_id, one.n, k, random.Random(one.n + k))
+        query = parse_filter({"artifact": "current", "progress": None, "limit": PAGE_LIMIT})
+        tokens[one.n] = done_token(one.community_id, one.reader, query, watermarks[one.n])
+    timings: dict[int, list[float]] = {one.n: [] for one in seeded}
+    entries = {}
+    for _ in range(runs):
+        for one in seeded:
+            begin = time.perf_counter()
+            _pages, entries[one.n], last = one.round(tokens[one.n])
+            timings[one.n].append(time.perf_counter() - begin)
+            assert not last.reset, "the continuation round reset"
+    return {
+        one.n: {
+            f"k{k}_p50_ms": _ms(statistics.median(timings[one.n])),
+            f"k{k}_p99_ms": _ms(_percentile(timings[one.n], 0.99)),
+            f"k{k}_rows": entries[one.n],
+            f"k{k}_buffers": explain_buffers(one.community_id, one.reader,
+                                             watermarks[one.n], OVERLAP),
+        }
+        for one in seeded
+    }
+
+
+def full_round(one: Seeded) -> dict[str, Any]:
+    begin = time.perf_counter()
+    pages, entries, _ = one.round(None)
+    return {"full_ms": _ms(time.perf_counter() - begin), "full_pages": pages,
+            "full_events": entries}
+
+
+def page500(one: Seeded, runs: int) -> dict[str, Any]:
+    """One 500-event page in the middle of a full round: ours (selector + rendering, and the
+    whole view with NIP-98) against the floor (the same rows with psycopg and orjson)."""
+    import orjson
     from django.test import Client
 
-    import orjson
-
     from artifacts.api.query_views import render_page
-    from artifacts.models import Community
     from artifacts.selectors.filters import parse_filter
-    from artifacts.selectors.rounds import prepare_round, read_page
     from nostr.nip98 import make_nip98_header
-    from nostr.schnorr import pubkey_from_secret
 
-    reader = pubkey_from_secret(READER_SECRET)
-    community = Community.objects.get(host=HOST)
-    rng = random.Random(n)
-    started = time.perf_counter()
-    with connection.cursor() as cursor:
-        cursor.execute("BEGIN")
-        seed(cursor, community.pk, n, reader)
-        cursor.execute("COMMIT")
-        cursor.execute("VACUUM ANALYZE artifact_heads")
-        cursor.execute("VACUUM ANALYZE artifact_revisions")
-        cursor.execute("VACUUM ANALYZE events")
-        cursor.execute("VACUUM ANALYZE channel_members")
-        cursor.execute("VACUUM ANALYZE channels")
-    result: dict[str, Any] = {"n": n, "seed_s": round(time.perf_counter() - started, 1)}
-    overlap = timedelta(seconds=120)
-
-    def run_page(query: Any, fence_max_age: float = 0) -> Any:
-        # Rounds read a fresh fence (the worst case); the 500-event page below reuses one as
-        # the relay does within a second.
-        request = prepare_round(community_id=community.pk, reader=reader, query=query)
-        return read_page(request, ready=True, overlap=overlap, fence_max_age=fence_max_age)
-
-    for k in (10, 1000):
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT now()")
-            watermark = cursor.fetchone()[0]
-            change(cursor, community.pk, n, k, rng)
-        query = parse_filter({"artifact": "current", "progress": None, "limit": PAGE_LIMIT})
-        token = done_token(community.pk, reader, query, watermark)
-        query = parse_filter({"artifact": "current", "progress": token, "limit": PAGE_LIMIT})
-        timings, rows = [], 0
-        for _ in range(runs):
-            begin = time.perf_counter()
-            page = run_page(query)
-            pages = 1
-            while page.more:  # a round may take more than one page; none does here
-                page = run_page(parse_filter({**_dict(query), "progress": page.progress}))
-                pages += 1
-            timings.append(time.perf_counter() - begin)
-            assert not page.reset, "the continuation round reset"
-            rows = len(page.events) + len(page.removed)
-        result[f"k{k}_p50_ms"] = _ms(statistics.median(timings))
-        result[f"k{k}_p99_ms"] = _ms(_percentile(timings, 0.99))
-        result[f"k{k}_rows"] = rows
-        result[f"k{k}_buffers"] = explain_buffers(community.pk, reader, watermark, overlap)
-
-    if full_round:
-        begin = time.perf_counter()
-        query = parse_filter({"artifact": "current", "progress": None, "limit": PAGE_LIMIT})
-        pages = events = 0
-        while True:
-            page = run_page(query)
-            pages += 1
-            events += len(page.events)
-            if not page.more:
-                break
-            query = parse_filter({"artifact": "current", "progress": page.progress,
-                                  "limit": PAGE_LIMIT})
-        full = time.perf_counter() - begin
-        result["full_ms"] = _ms(full)
-        result["full_pages"] = pages
-        result["full_events"] = events
-        result["full_over_k10"] = round(full * 1000 / result["k10_p50_ms"], 1)
-
-    # One 500-event page in the middle of a full round: ours (selector + rendering; and the
-    # whole view with NIP-98) against the floor.
-    start = run_page(parse_filter({"artifact": "current", "progress": None, "limit": 500}))
-    middle = start.progress
-    query = parse_filter({"artifact": "current", "progress": middle, "limit": 500})
+    middle = one.page(parse_filter({"artifact": "current", "progress": None, "limit": 500}))
+    query = parse_filter({"artifact": "current", "progress": middle.progress, "limit": 500})
+    payload = orjson.dumps([{"artifact": "current", "progress": middle.progress, "limit": 500}])
     ours, view, floor = [], [], []
     client = Client()
     for _ in range(runs):
         begin = time.perf_counter()
-        page = run_page(query, fence_max_age=1.0)
+        # The relay reuses a fence read within a second; so does this page.
+        page = one.page(query, fence_max_age=1.0)
         body = render_page(page)
         ours.append(time.perf_counter() - begin)
         assert len(page.events) == 500 and body
-        payload = orjson.dumps([{"artifact": "current", "progress": middle, "limit": 500}])
         header = make_nip98_header(
-            READER_SECRET, url=f"http://{HOST}/query", method="POST", body=payload
+            READER_SECRET, url=f"http://{one.host}/query", method="POST", body=payload
         )
         begin = time.perf_counter()
         response = client.post("/query", data=payload, content_type="application/json",
-                               HTTP_AUTHORIZATION=header, HTTP_HOST=HOST)
+                               HTTP_AUTHORIZATION=header, HTTP_HOST=one.host)
         view.append(time.perf_counter() - begin)
         assert response.status_code == 200, response.content[:200]
-        floor.append(_floor(community.pk))
-    result["page500_ms"] = _ms(statistics.median(ours))
-    result["page500_view_ms"] = _ms(statistics.median(view))
-    result["floor500_ms"] = _ms(statistics.median(floor))
-    result["page500_over_floor"] = round(statistics.median(ours) / statistics.median(floor), 2)
-    return result
+        floor.append(_floor(one.community_id))
+    return {
+        "page500_ms": _ms(statistics.median(ours)),
+        "page500_view_ms": _ms(statistics.median(view)),
+        "floor500_ms": _ms(statistics.median(floor)),
+        "page500_over_floor": round(statistics.median(ours) / statistics.median(floor), 2),
+    }
 
 
 def _dict(query: Any) -> dict[str, Any]:
@@ -337,18 +376,21 @@ def _dict(query: Any) -> dict[str, Any]:
 
 
 def _floor(community_id: int) -> float:
-    """The same 500 rows with psycopg (one statement, no readability) and orjson."""
+    """The same 500 rows with psycopg (one statement, no readability) and orjson, under the
+    planner settings a page uses (no parallel workers, hot-cache page costs)."""
     import orjson
     from django.db import connection
 
     raw_connection = connection.connection
+    with raw_connection.cursor() as cursor:
+        cursor.execute("SET random_page_cost = 1.1; SET max_parallel_workers_per_gather = 0")
     begin = time.perf_counter()
     with raw_connection.cursor() as cursor:
         cursor.execute(
-            "SELECT e.raw FROM artifact_heads h JOIN events e"
-            " ON e.community_id = h.community_id AND e.event_id = h.event_id"
-            " WHERE h.community_id = %s ORDER BY h.modified_at, h.artifact_id LIMIT 500",
-            [community_id],
+            "SELECT e.raw FROM (SELECT event_id FROM artifact_heads WHERE community_id = %s"
+            " ORDER BY modified_at, artifact_id LIMIT 500) h CROSS JOIN LATERAL"
+            " (SELECT raw FROM events WHERE community_id = %s AND event_id = h.event_id) e",
+            [community_id, community_id],
         )
         rows = cursor.fetchall()
     orjson.dumps({"events": [orjson.Fragment(raw) for (raw,) in rows]})
@@ -389,6 +431,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=50, help="rounds timed per figure")
     parser.add_argument("--full-round-n", type=int, default=100_000,
                         help="measure the full round at this N only (it is slow at 1M)")
+    parser.add_argument("--reseed", action="store_true",
+                        help="seed again even when a community of that size exists")
     args = parser.parse_args()
 
     with services() as svc:
@@ -400,21 +444,25 @@ def main() -> int:
         django.setup()
         # An empty database builds the sync indexes inside the migrations themselves.
         call_command("migrate", verbosity=0)
-        from artifacts.models import Community
-        from artifacts.services.communities import community_create
-
-        if not Community.objects.filter(host=HOST).exists():
-            community_create(host=HOST, name="Bench reads")
-        results = []
-        for n in args.n:
-            results.append(measure(n, args.runs, full_round=n == args.full_round_n))
-            print(results[-1], flush=True)
+        seeded = [Seeded(n, args.reseed) for n in args.n]
+        results = {one.n: {"n": one.n, "seed_s": one.seed_s} for one in seeded}
+        for k in (10, 1000):
+            for n, figures in continuation(seeded, k, args.runs).items():
+                results[n].update(figures)
+        for one in seeded:
+            if one.n == args.full_round_n:
+                results[one.n].update(full_round(one))
+                results[one.n]["full_over_k10"] = round(
+                    results[one.n]["full_ms"] / results[one.n]["k10_p50_ms"], 1)
+            results[one.n].update(page500(one, args.runs))
+            print(results[one.n], flush=True)
+        ordered = [results[n] for n in args.n]
 
     headers = ["N", "k=10 p50", "k=10 p99", "k=10 buf", "k=1000 p50", "k=1000 p99",
                "k=1000 buf", "full round", "full/k10", "500 page", "500 view", "floor",
                "page/floor"]
     rows = []
-    for r in results:
+    for r in ordered:
         rows.append([
             r["n"], r["k10_p50_ms"], r["k10_p99_ms"], r["k10_buffers"], r["k1000_p50_ms"],
             r["k1000_p99_ms"], r["k1000_buffers"],
@@ -424,11 +472,11 @@ def main() -> int:
         ])
     print("\ntimes in ms; buf = shared buffers touched by the page's statements")
     print_table(headers, rows)
-    if len(results) > 1:
-        first, last = results[0], results[-1]
+    if len(ordered) > 1:
+        first, last = ordered[0], ordered[-1]
         print(f"\nk=10 continuation p50 at N={last['n']} / N={first['n']}: "
               f"{last['k10_p50_ms'] / first['k10_p50_ms']:.2f}x (target <= 1.3x at 1M vs 10k)")
-    print(f"plot: {plot(results)}")
+    print(f"plot: {plot(ordered)}")
     return 0
 
 

@@ -35,10 +35,12 @@ def read_transaction(
         # None of these takes a snapshot: the caller's first query does. One round trip.
         # random_page_cost: a read touches a few hot index pages per row; at the default (4, a
         # spinning disk's) the planner prefers a sequential scan of a small channels table
-        # once per candidate row, several times slower than the index lookup.
+        # once per candidate row, several times slower than the index lookup. No parallel
+        # workers: starting them costs more than the bounded, indexed work of a read.
         cursor.execute(
             f"SET TRANSACTION ISOLATION LEVEL {isolation}, READ ONLY;"
             f" SET LOCAL statement_timeout = {int(statement_timeout_ms)};"
-            " SET LOCAL random_page_cost = 1.1"
+            " SET LOCAL random_page_cost = 1.1;"
+            " SET LOCAL max_parallel_workers_per_gather = 0"
         )
         yield cursor

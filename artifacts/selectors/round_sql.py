@@ -40,6 +40,12 @@ _POSITION = {
 }
 
 
+# The head event of a candidate, by index, one row at a time (LATERAL): a join would let the
+# planner hash a small community's whole events table for a window of a few hundred rows.
+_HEAD_EVENT = """SELECT ev.raw, ev.deleted_at FROM events ev
+                  WHERE ev.community_id = %(community)s AND ev.event_id = c.event_id"""
+
+
 def _narrow(column: str, param: str | None, cast: str) -> str:
     return f" AND {column} = ANY(%({param})s::{cast}[])" if param else ""
 
@@ -109,10 +115,9 @@ def window_sql(phase: Phase, *, with_cursor: bool, has_channels: bool, has_types
               FROM s
              WHERE TRUE{_narrow("s.artifact_type", "types" if has_types else None, "text")}{skip}"""
     if phase is Phase.FULL:
-        hits = """
+        hits = f"""
             SELECT c.at, c.pos, c.key, c.artifact_id, e.raw, NULL::text AS reason
-              FROM c JOIN events e
-                ON e.community_id = %(community)s AND e.event_id = c.event_id
+              FROM c CROSS JOIN LATERAL ({_HEAD_EVENT}) e
              WHERE c.home_ok AND NOT c.deleted AND e.deleted_at IS NULL
              ORDER BY c.at, c.pos LIMIT %(want)s"""
     else:
@@ -130,8 +135,7 @@ def window_sql(phase: Phase, *, with_cursor: bool, has_channels: bool, has_types
                         WHEN c.deleted THEN 'deleted'
                         WHEN e.deleted_at IS NOT NULL THEN 'redacted'
                         ELSE 'access' END AS reason
-              FROM c LEFT JOIN events e
-                ON e.community_id = %(community)s AND e.event_id = c.event_id
+              FROM c LEFT JOIN LATERAL ({_HEAD_EVENT}) e ON TRUE
              WHERE c.home_ok OR {moved_from_readable}
              ORDER BY c.at, c.pos LIMIT %(want)s"""
     # MATERIALIZED throughout: each step is computed once, in the window's order of size, and

@@ -35,6 +35,7 @@ from artifacts.selectors.round_sql import window_sql
 from artifacts.selectors.view import (
     PROBE_COLUMNS,
     PROBE_FROM,
+    ViewProbe,
     compute_view_digest,
     probe_from_row,
     view_unchanged,
@@ -70,7 +71,6 @@ class Page:
     reset_reason: str | None = None
     # How far the round's T lags the page's now() (open transactions hold it back).
     fence_lag: timedelta = timedelta(0)
-    scanned: int = 0
 
 
 @dataclass(slots=True)
@@ -139,8 +139,7 @@ def read_page(
     is a full round. `scan_budget`: candidate rows the page may examine. `before_snapshot` runs
     between the fence read and the page's snapshot (tests inject a commit there).
     """
-    community_id, reader, query = request.community_id, request.reader, request.query
-    decoded = request.decoded
+    query = request.query
     if overlap is None:
         overlap = timedelta(seconds=settings.ARTIFACT_SYNC_OVERLAP_SECONDS)
     if token_max_age is None:
@@ -153,77 +152,42 @@ def read_page(
         cursor.execute(
             f"SELECT now(), {EPOCH_SQL}, co.artifacts_enabled, co.artifact_types,"
             f" {PROBE_COLUMNS} FROM {PROBE_FROM}",
-            {"community": community_id, "reader": reader},
+            {"community": request.community_id, "reader": request.reader},
         )
         now, epoch, enabled, allowed_types, *probe_row = cursor.fetchone()
-        probe = probe_from_row(*probe_row)
-        database = database_tag(database_identity(cursor, alias=alias))
-
-        def fresh_view() -> bytes:
-            return compute_view_digest(
-                cursor,
-                community_id=community_id,
-                reader=reader,
-                channels=query.values("h"),
-                types=query.values("type"),
-            )
-
-        reset_reason: str | None = None
-        token: ProgressToken | None = None
-        digest = b""
-        if decoded is None:
-            reset_reason = "start"
-        elif isinstance(decoded, RetiredToken):
-            reset_reason = "retired"
-        elif decoded.epoch != epoch or decoded.database != database:
-            reset_reason = "epoch"
-        elif now - decoded.issued_at > token_max_age:
-            reset_reason = "expired"
-        elif not ready and decoded.phase is not Phase.FULL:
-            reset_reason = "not_ready"
-        elif view_unchanged(
-            probe,
-            fingerprint=decoded.view_fingerprint,
-            computed_under=decoded.view_t,
-            overlap=overlap,
-        ):
-            token = decoded
-        else:
-            digest = fresh_view()
-            if digest != decoded.view_digest:
-                reset_reason = "view"
-            else:
-                # Same view, checked in this snapshot: later changes carry stamps >= this fence.
-                token = replace(
-                    decoded, view_digest=digest, view_t=fence,
-                    view_fingerprint=probe.fingerprint,
-                )
-
+        state = _PageState(
+            now=now,
+            epoch=epoch,
+            database=database_tag(database_identity(cursor, alias=alias)),
+            probe=probe_from_row(*probe_row),
+            fence=fence,
+        )
+        reset_reason, token, digest = _resume(
+            cursor, request, state, ready=ready, overlap=overlap, token_max_age=token_max_age
+        )
         if token is None:
-            view_digest = digest or fresh_view()
-            round_t, watermark = fence, _ORIGIN
-            walk = _Walk(Phase.FULL, _ORIGIN, None, query.limit, budget=scan_budget)
-            view = (view_digest, fence, probe.fingerprint)
-        else:
-            view = (token.view_digest, token.view_t, token.view_fingerprint)
-            if token.phase is Phase.DONE:
-                # A continuation round: W = the previous round's T. A cached or skewed fence
-                # below W would make the range run backwards; the round then covers up to W.
-                watermark = token.round_t
-                round_t = max(fence, watermark)
-                walk = _Walk(Phase.HEADS, _ORIGIN, None, query.limit, budget=scan_budget)
-            else:
-                round_t, watermark = token.round_t, token.watermark
-                walk = _Walk(
-                    token.phase, token.cursor_at, _key_text(token), query.limit,
-                    budget=scan_budget,
-                )
-
+            # A new full round, T = this page's fence.
+            token = ProgressToken(
+                phase=Phase.FULL, epoch=epoch, database=state.database, round_t=fence,
+                watermark=_ORIGIN, cursor_at=_ORIGIN, cursor_key=b"",
+                view_digest=digest or _view_digest(cursor, request), view_t=fence,
+                view_fingerprint=state.probe.fingerprint, issued_at=now,
+            )
+        elif token.phase is Phase.DONE:
+            # A continuation round: W = the previous round's T. A cached or skewed fence below
+            # W would make the range run backwards; the round then covers up to W.
+            token = replace(
+                token, phase=Phase.HEADS, watermark=token.round_t,
+                round_t=max(fence, token.round_t), cursor_at=_ORIGIN, cursor_key=b"",
+            )
+        walk = _Walk(
+            token.phase, token.cursor_at, _key_text(token), query.limit, budget=scan_budget
+        )
         params: dict[str, Any] = {
-            "community": community_id,
-            "reader": reader,
-            "round_t": round_t,
-            "low": watermark - overlap,
+            "community": request.community_id,
+            "reader": request.reader,
+            "round_t": token.round_t,
+            "low": token.watermark - overlap,
         }
         if query.values("h") is not None:
             params["filter_h"] = list(query.values("h") or ())
@@ -237,28 +201,83 @@ def read_page(
             # ever was: the round is done.
             walk.phase = Phase.DONE
 
-    next_token = ProgressToken(
+    next_token = replace(
+        token,
         phase=walk.phase,
         epoch=epoch,
-        database=database,
-        round_t=round_t,
-        watermark=watermark,
+        database=state.database,
         cursor_at=walk.cursor_at,
         cursor_key=_key_bytes(walk.phase, walk.cursor_key),
-        view_digest=view[0],
-        view_t=view[1],
-        view_fingerprint=view[2],
         issued_at=now,
     )
     return Page(
         events=walk.events,
         removed=walk.removed,
         progress=encode_progress(next_token, binding=request.binding),
-        fence_lag=now - round_t,
         more=walk.phase is not Phase.DONE,
         reset=reset_reason is not None,
         reset_reason=reset_reason,
-        scanned=scan_budget - walk.budget,
+        fence_lag=now - token.round_t,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _PageState:
+    """What the page's first statement read, and the fence read before it."""
+
+    now: datetime
+    epoch: int
+    database: bytes
+    probe: ViewProbe
+    fence: datetime
+
+
+def _resume(
+    cursor: CursorWrapper,
+    request: RoundRequest,
+    state: _PageState,
+    *,
+    ready: bool,
+    overlap: timedelta,
+    token_max_age: timedelta,
+) -> tuple[str | None, ProgressToken | None, bytes | None]:
+    """(reset reason, token to continue, the view digest when this page computed it); exactly
+    one of the first two is None."""
+    decoded = request.decoded
+    if decoded is None:
+        return "start", None, None
+    if isinstance(decoded, RetiredToken):
+        return "retired", None, None
+    if decoded.epoch != state.epoch or decoded.database != state.database:
+        return "epoch", None, None
+    if state.now - decoded.issued_at > token_max_age:
+        return "expired", None, None
+    if not ready and decoded.phase is not Phase.FULL:
+        # A full round under way stays correct; a continuation needs a ready deployment.
+        return "not_ready", None, None
+    if view_unchanged(
+        state.probe,
+        fingerprint=decoded.view_fingerprint,
+        computed_under=decoded.view_t,
+        overlap=overlap,
+    ):
+        return None, decoded, None
+    digest = _view_digest(cursor, request)
+    if digest != decoded.view_digest:
+        return "view", None, digest
+    # The same view, checked in this snapshot: any later change carries a stamp >= this fence.
+    return None, replace(
+        decoded, view_digest=digest, view_t=state.fence, view_fingerprint=state.probe.fingerprint
+    ), digest
+
+
+def _view_digest(cursor: CursorWrapper, request: RoundRequest) -> bytes:
+    return compute_view_digest(
+        cursor,
+        community_id=request.community_id,
+        reader=request.reader,
+        channels=request.query.values("h"),
+        types=request.query.values("type"),
     )
 
 
