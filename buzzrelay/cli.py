@@ -62,7 +62,9 @@ def setup_django(database_url: str | None, *, session_name: str | None = None) -
 
         # Connections open lazily, so naming them now covers every query of the command.
         for database in settings.DATABASES.values():
-            database.setdefault("OPTIONS", {})["application_name"] = session_name
+            options = database.setdefault("OPTIONS", {})
+            assert isinstance(options, dict)
+            options["application_name"] = session_name
 
 
 def fail(message: str, *, code: int = 1) -> None:

@@ -115,14 +115,14 @@ def parse_database_url(url: str) -> DatabaseConfig:
     )
 
 
-def _int(name: str, default: int, *, minimum: int) -> int:
+def _int(name: str, default: int, *, minimum: int, unit: str = "seconds") -> int:
     raw = _env(name)
     if raw is None:
         return default
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"{name} must be a whole number (got {raw!r})") from None
+        raise ConfigError(f"{name} must be a whole number of {unit} (got {raw!r})") from None
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum} (got {value})")
     return value
@@ -249,7 +249,7 @@ def read_config() -> Config:
         secret_key=secret_key,
         debug=debug,
         overlap_seconds=_int("ARTIFACT_SYNC_OVERLAP_SECONDS", 120, minimum=0),
-        database_pool_size=_int("DATABASE_POOL_SIZE", 16, minimum=1),
+        database_pool_size=_int("DATABASE_POOL_SIZE", 16, minimum=1, unit="connections"),
         token_max_age_seconds=_int("ARTIFACT_SYNC_TOKEN_MAX_AGE", 30 * 86400, minimum=60),
         rate_limits=_rate_limits(),
     )
