@@ -99,9 +99,9 @@ def parse_filter(raw: Any) -> QueryFilter:
     artifact = raw.get("artifact")
     if artifact not in ("current", "history"):
         raise InvalidFilter('"artifact" must be "current" or "history"')
-    if "kinds" in raw and raw["kinds"] != [ARTIFACT_KIND]:
-        raise InvalidFilter(f'"kinds" must be [{ARTIFACT_KIND}]')
-    if "kinds" in raw and not is_int(raw["kinds"][0]):
+    kinds = raw.get("kinds", [ARTIFACT_KIND])
+    # `is_int` as well: 45010.0 == 45010 in Python, and a float is not a kind.
+    if not (isinstance(kinds, list) and kinds == [ARTIFACT_KIND] and is_int(kinds[0])):
         raise InvalidFilter(f'"kinds" must be [{ARTIFACT_KIND}]')
     limit = _int_in(raw, "limit", DEFAULT_LIMIT, 1, settings.RELAY_MAX_LIMIT)
     offset = _int_in(raw, "offset", 0, 0, MAX_OFFSET)
