@@ -41,24 +41,7 @@ def test_write_blocked_past_its_budget_is_503_and_leaves_nothing(dep: Deployment
     assert alice.publish(update)[2] is True
 
 
-@pytest.mark.parametrize(
-    "mode",
-    [
-        "plain",
-        pytest.param(
-            "incremental",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "known bug: a round first evaluates readiness, whose schema inspection"
-                    " (artifacts/schema.py, pg_get_expr on artifact_heads) runs without a"
-                    " statement or lock timeout, so a table lock (e.g. a migration) blocks"
-                    " incremental reads without bound instead of 503 budget_exceeded"
-                ),
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("mode", ["plain", "incremental"])
 def test_reads_blocked_past_their_budget_are_503(dep: Deployment, mode: str) -> None:
     relay = dep.start_relay()
     bob = Client(relay.url, timeout=10)
