@@ -7,6 +7,7 @@ both). Either way the tests talk to real servers: nothing is mocked.
 
 from __future__ import annotations
 
+import atexit
 import os
 from pathlib import Path
 
@@ -30,8 +31,13 @@ os.environ.setdefault("RELAY_SIGNING_KEY", TEST_RELAY_SECRET)
 os.environ.setdefault("HYPOTHESIS_PROFILE", "ci")
 
 
-def pytest_unconfigure() -> None:
+def _stop_servers() -> None:
     if _embedded_redis is not None:
         _embedded_redis.stop()
     if _embedded_postgres is not None:
         _embedded_postgres.stop()
+
+
+# Registered before any test module loads, so it runs after every exit handler they register
+# (atexit runs last-in first-out): their clean-ups still find the servers up.
+atexit.register(_stop_servers)
