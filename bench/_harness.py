@@ -89,6 +89,11 @@ def free_port() -> int:
 
 
 SERVER_COMMANDS = {
+    # The relay as deployed: `buzz-admin serve` (uvicorn with the relay's own options).
+    "serve": lambda port, workers: [
+        str(VENV_BIN / "buzz-admin"), "serve", "--host", "127.0.0.1", "--port", str(port),
+        "--workers", str(workers),
+    ],
     "uvicorn": lambda port, workers: [
         str(VENV_BIN / "uvicorn"), "buzzrelay.asgi:application", "--host", "127.0.0.1",
         "--port", str(port), "--workers", str(workers), "--lifespan", "off",

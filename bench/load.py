@@ -250,7 +250,7 @@ def migrate_and_community(svc: Services) -> None:
 
 def serve(svc: Services, *, workers: int, overlap: int) -> Server:
     return start_server(
-        "uvicorn", svc, workers=workers,
+        "serve", svc, workers=workers,
         ARTIFACT_SYNC_OVERLAP_SECONDS=str(overlap),
         RELAY_RATE_LIMIT_ADDRESS_RATE="0", RELAY_RATE_LIMIT_PUBKEY_RATE="0",
     )
@@ -373,7 +373,7 @@ def main() -> int:
                 server.stop()
             print(f"\nthroughput: continuation rounds with nothing pending, NIP-98 on each "
                   f"request ({signed} requests pre-signed in {signing:.1f} s), "
-                  f"{args.workers} uvicorn workers, {args.connections} connections")
+                  f"{args.workers} workers of buzz-admin serve, {args.connections} connections")
             print_table(["rounds/s", "p50 ms", "p99 ms", "failed"],
                         [[f"{result.requests_per_second:.0f}", f"{result.p50_ms:.1f}",
                           f"{result.p99_ms:.1f}", result.non_2xx + result.errors]])

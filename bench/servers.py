@@ -19,7 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._harness import (
     BENCH_HOST,
     OUT,
-    SERVER_COMMANDS,
     print_table,
     run_wrk,
     services,
@@ -37,7 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--servers", default=",".join(SERVER_COMMANDS))
+    parser.add_argument("--servers", default="uvicorn,granian,daphne")
     args = parser.parse_args()
 
     rows = []

@@ -44,13 +44,12 @@ sys.path.insert(0, str(ROOT))
 
 from bench._harness import (  # noqa: E402
     BENCH_HOST,
-    VENV_BIN,
     Server,
-    free_port,
     print_table,
     relay_env,
     services,
     setup_database,
+    start_server,
 )
 
 READER_SECRET = "6" * 64
@@ -381,27 +380,7 @@ def run(port: int, write_port: int, *, subscribers: int, procs: int, events: int
 
 def start_serve(svc: Any, workers: int) -> Server:
     """`buzz-admin serve`, exactly as deployed (its uvicorn options included)."""
-    import httpx
-
-    port = free_port()
-    process = subprocess.Popen(
-        [str(VENV_BIN / "buzz-admin"), "serve", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", str(workers)],
-        env=relay_env(svc, **UNLIMITED), cwd=ROOT, start_new_session=True,
-        stdout=subprocess.DEVNULL,
-    )
-    server = Server(process, port)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            server.stop()
-            raise RuntimeError("buzz-admin serve did not start")
-        time.sleep(0.2)
+    return start_server("serve", svc, workers=workers, **UNLIMITED)
 
 
 def main() -> int:
