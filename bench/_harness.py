@@ -19,6 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+# Re-exported: the benchmarks print their tables with buzz-admin's printer.
+from buzzrelay.admin_commands._tables import print_table as print_table
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 OUT = ROOT / "bench" / "out"
@@ -191,12 +194,3 @@ def run_wrk(
         non_2xx=int(non_2xx.group(1)) if non_2xx else 0,
         errors=sum(int(g) for g in errors.groups()) if errors else 0,
     )
-
-
-def print_table(headers: list[str], rows: list[list[object]]) -> None:
-    cells = [[str(c) for c in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
-    print("  ".join("-" * w for w in widths))
-    for row in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
