@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
 
 from buzzrelay.embedded import (
@@ -32,6 +31,7 @@ from buzzrelay.embedded import (
     free_port,
     start_redis,
 )
+from tests.relay_server import RelayProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
@@ -48,48 +48,8 @@ def _chown_for_postgres(path: Path) -> None:
             os.chown(folder, entry.pw_uid, entry.pw_gid)
 
 
-@dataclass
-class Relay:
-    """One `buzz-admin serve` process (the production ASGI server)."""
-
-    process: subprocess.Popen[bytes]
-    port: int
-    log_path: Path
-    env: dict[str, str]
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
-
-    @property
-    def ws_url(self) -> str:
-        return f"ws://{HOST}:{self.port}/"
-
-    def wait_healthy(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"relay exited {self.process.returncode}: {self.log()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            time.sleep(0.1)
-        raise RuntimeError(f"relay did not answer /healthz: {self.log()}")
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text()[-4000:]
-        except OSError:
-            return ""
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+class Relay(RelayProcess):
+    """A relay of a private deployment: the suite's relay process, plus the faults' extras."""
 
     def kill(self) -> None:
         """SIGKILL: no graceful shutdown, connections dropped mid-whatever."""
