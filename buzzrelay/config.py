@@ -49,6 +49,9 @@ class Config:
     debug: bool
     overlap_seconds: int
     database_pool_size: int
+    # Server-side prepared statements for the reads' hot statements (off behind a transaction-mode
+    # pooler that does not track them).
+    database_prepared_statements: bool
     token_max_age_seconds: int
     rate_limits: RateLimits = field(default_factory=lambda: RateLimits())
 
@@ -250,6 +253,7 @@ def read_config() -> Config:
         debug=debug,
         overlap_seconds=_int("ARTIFACT_SYNC_OVERLAP_SECONDS", 120, minimum=0),
         database_pool_size=_int("DATABASE_POOL_SIZE", 16, minimum=1, unit="connections"),
+        database_prepared_statements=_bool("DATABASE_PREPARED_STATEMENTS", True),
         token_max_age_seconds=_int("ARTIFACT_SYNC_TOKEN_MAX_AGE", 30 * 86400, minimum=60),
         rate_limits=_rate_limits(),
     )

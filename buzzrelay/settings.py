@@ -11,6 +11,9 @@ from buzzrelay.config import load_config
 from nostr.events import EventLimits
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# psycopg prepares a statement after this many executions on a connection; explicit
+# `prepare=True` prepares at once. Effectively: only when asked.
+PREPARE_ONLY_WHEN_ASKED = 2**31 - 1
 CONFIG = load_config()
 
 SECRET_KEY = CONFIG.secret_key
@@ -93,6 +96,13 @@ if CONFIG.database is not None:
                 **_db.options,
                 "application_name": RELAY_APPLICATION_NAME,
                 "connect_timeout": 5,
+                # Django turns prepared statements off (None). The reads prepare their hot
+                # statements explicitly (artifacts.selectors.budget.execute_prepared); a threshold
+                # no ORM query reaches keeps everything else unprepared, as Django has it.
+                # DATABASE_PREPARED_STATEMENTS=false (a transaction-mode pooler) turns them off.
+                "prepare_threshold": (
+                    PREPARE_ONLY_WHEN_ASKED if CONFIG.database_prepared_statements else None
+                ),
                 "pool": {
                     "min_size": 1,
                     "max_size": CONFIG.database_pool_size,

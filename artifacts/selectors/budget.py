@@ -6,9 +6,11 @@ A statement past its budget raises QueryCanceled, which the HTTP middleware answ
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
+import psycopg
 from django.db import connections, transaction
 from django.db.backends.utils import CursorWrapper
 
@@ -44,3 +46,20 @@ def read_transaction(
             " SET LOCAL max_parallel_workers_per_gather = 0"
         )
         yield cursor
+
+
+def execute_prepared(cursor: CursorWrapper, sql: str, params: Mapping[str, Any]) -> list[Any]:
+    """Run one of the reads' hot statements as a server-side prepared statement; its rows.
+
+    The round's window statements are large (five CTEs): PostgreSQL spent 0.6 ms planning each
+    against 0.09 ms executing it (EXPLAIN ANALYZE, N = 10k), so planning was most of a
+    no-change round's database time. Django's cursors bind parameters on the client, which sends
+    the statement as text every time; a psycopg cursor with server-side binding on the same
+    connection (so inside the page's transaction and snapshot) prepares the statement once per
+    pooled connection and afterwards only binds and executes it. Errors are wrapped as Django's,
+    so a statement timeout still becomes the 503 `budget_exceeded`.
+    """
+    db = cursor.db
+    with db.wrap_database_errors, psycopg.Cursor(db.connection) as server_cursor:
+        server_cursor.execute(sql, params, prepare=True)
+        return server_cursor.fetchall()

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+from functools import cache
+
+from django.db import connection
+
 from artifacts.models import Community
+from artifacts.selectors.budget import execute_prepared
+
+
+@cache
+def _lookup() -> tuple[list[str], str]:
+    concrete = Community._meta.concrete_fields
+    fields = [field.attname for field in concrete]
+    columns = ", ".join(str(field.column) for field in concrete)
+    return fields, f"SELECT {columns} FROM {Community._meta.db_table} WHERE host = %(host)s"
 
 
 def community_for_host(host: str) -> Community | None:
     """The community served at `host` (lowercase, no port), or None.
 
-    One indexed lookup per request; policy fields read here are only used for routing: reads
-    re-read the policy inside their own snapshot.
+    One indexed lookup per request, on every HTTP request and WebSocket connection: a prepared
+    statement built into a model instance directly, because the ORM's query compilation cost
+    more than the lookup itself (0.4 of 0.5 ms in a profile of `/query`). Policy fields read here
+    are only used for routing and NIP-11; reads and writes re-read the policy inside their own
+    transaction.
     """
-    return Community.objects.filter(host=host.lower()).first()
+    fields, sql = _lookup()
+    with connection.cursor() as cursor:
+        rows = execute_prepared(cursor, sql, {"host": host.lower()})
+    return Community.from_db(connection.alias, fields, rows[0]) if rows else None

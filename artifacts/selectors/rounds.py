@@ -28,7 +28,7 @@ from typing import Any
 from django.conf import settings
 from django.db.backends.utils import CursorWrapper
 
-from artifacts.selectors.budget import read_transaction
+from artifacts.selectors.budget import execute_prepared, read_transaction
 from artifacts.selectors.fence import CACHE_SECONDS, read_fence
 from artifacts.selectors.filters import QueryFilter
 from artifacts.selectors.round_sql import window_sql
@@ -56,6 +56,11 @@ SCAN_BUDGET = 4000
 # A page stops adding events once it holds about this much stored JSON.
 PAGE_BYTES = 1 << 20
 _ORIGIN = datetime(1970, 1, 1, tzinfo=UTC)
+# A page's first statement: its snapshot, the epoch, the policy and the view probe.
+_FIRST_STATEMENT = (
+    f"SELECT now(), {EPOCH_SQL}, co.artifacts_enabled, co.artifact_types,"
+    f" {PROBE_COLUMNS} FROM {PROBE_FROM}"
+)
 
 
 @dataclass(slots=True)
@@ -149,12 +154,9 @@ def read_page(
         before_snapshot()
     with read_transaction(alias=alias, repeatable_read=True) as cursor:
         # The first statement takes the page's snapshot.
-        cursor.execute(
-            f"SELECT now(), {EPOCH_SQL}, co.artifacts_enabled, co.artifact_types,"
-            f" {PROBE_COLUMNS} FROM {PROBE_FROM}",
-            {"community": request.community_id, "reader": request.reader},
-        )
-        now, epoch, enabled, allowed_types, *probe_row = cursor.fetchone()
+        now, epoch, enabled, allowed_types, *probe_row = execute_prepared(
+            cursor, _FIRST_STATEMENT, {"community": request.community_id, "reader": request.reader}
+        )[0]
         state = _PageState(
             now=now,
             epoch=epoch,
@@ -305,8 +307,7 @@ def _walk(cursor: CursorWrapper, walk: _Walk, params: dict[str, Any]) -> None:
             "cursor_at": walk.cursor_at,
             "cursor_key": walk.cursor_key,
         }
-        cursor.execute(statement, step)
-        rows = cursor.fetchall()
+        rows = execute_prepared(cursor, statement, step)
         trailer = rows.pop() if rows and rows[-1][0] == 1 else None
         scanned = 0 if trailer is None else int(trailer[7])
         walk.budget -= scanned
