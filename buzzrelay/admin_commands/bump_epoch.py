@@ -1,4 +1,9 @@
-"""buzz-admin bump-epoch: every client's next incremental round resets."""
+"""buzz-admin bump-epoch: every client's next incremental round resets.
+
+Run after restoring a backup (or any point-in-time recovery) and after manual data fixes. The
+new epoch is past every epoch handed out before the restore (relayinfo.sync_epoch.bump_epoch,
+`past_any_restore`), so no token issued before it continues.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from relayinfo.sync_epoch import bump_epoch, current_sync_state
 
     before, identity = current_sync_state()
-    after = bump_epoch(reason=args.reason)
+    after = bump_epoch(reason=args.reason, past_any_restore=True)
     print(f"{'database':<12} {identity}")
     print(f"{'epoch':<12} {before} -> {after}")
     print(f"{'reason':<12} {args.reason}")

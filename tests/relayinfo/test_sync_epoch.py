@@ -69,7 +69,22 @@ def test_buzz_admin_bump_epoch(capsys: pytest.CaptureFixture[str]) -> None:
     before, identity = current_sync_state()
     assert main(["bump-epoch", "--reason", "manual data fix"]) == 0
     out = capsys.readouterr().out
-    assert f"{before} -> {before + 1}" in out
+    after = current_sync_state()[0]
+    assert after > before
+    assert f"{before} -> {after}" in out
     assert identity in out
     assert "manual data fix" in out
-    assert current_sync_state()[0] == before + 1
+
+
+def test_bump_after_a_restore_never_lands_on_an_epoch_clients_hold() -> None:
+    """Backup taken at epoch e; the live database is bumped twice (clients hold e+1, e+2); the
+    backup is restored (epoch e again); the operator's bump must not hand out e+1 or e+2."""
+    backup_epoch = current_sync_state()[0]
+    handed_out = {bump_epoch(reason="writer seen"), bump_epoch(reason="writer left")}
+    with connection.cursor() as cursor:  # the restore puts the backup's row back
+        cursor.execute("UPDATE sync_state SET epoch = %s WHERE id = 1", [backup_epoch])
+    after_restore = bump_epoch(reason="restored", past_any_restore=True)
+    assert after_restore not in handed_out
+    assert after_restore > max(handed_out)
+    # Readiness bumps afterwards still count on from there.
+    assert bump_epoch(reason="writer seen") == after_restore + 1
