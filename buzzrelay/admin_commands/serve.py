@@ -27,6 +27,14 @@ def run(args: argparse.Namespace) -> int:
             "(the embedded database is for bin/quickstart only)",
             code=2,
         )
+    if args.workers > 1 and not os.environ.get("REDIS_URL"):
+        # Without Redis the channel layer is in-process: a write accepted by one worker would
+        # never reach the WebSocket subscribers of another, and rate limits would be per worker.
+        fail(
+            "--workers above 1 needs REDIS_URL: without Redis each worker process has its own "
+            "channel layer, and live events would not cross between workers",
+            code=2,
+        )
     setup_django(None)
     import uvicorn
     from django.conf import settings

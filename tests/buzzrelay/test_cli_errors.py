@@ -71,6 +71,15 @@ def test_serve_refuses_to_start_without_a_database_url() -> None:
     )
 
 
+def test_serve_refuses_several_workers_without_redis() -> None:
+    result = admin("serve", "--workers", "2", REDIS_URL=None)
+    assert result.returncode == 2
+    assert one_line(result) == (
+        "buzz-admin: --workers above 1 needs REDIS_URL: without Redis each worker process has "
+        "its own channel layer, and live events would not cross between workers"
+    )
+
+
 @pytest.mark.parametrize("command", ["check", "migrate", "build-indexes"])
 def test_an_unreachable_database_is_one_line(command: str) -> None:
     nowhere = f"postgres://postgres@127.0.0.1:{free_port()}/buzz"
