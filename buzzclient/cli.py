@@ -106,7 +106,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 watch(syncer, interval=args.interval, report=report, on_error=on_error,
                       on_page=progress.update)
             else:
-                report(syncer.run_round(on_page=progress.update))
+                summary = syncer.run_round(on_page=progress.update)
+                report(summary)
+                if summary.resumed:
+                    # The round an interrupted run left open is finished, but its range ends
+                    # where that run's first page put it: one more round brings the collection
+                    # up to now.
+                    report(syncer.run_round(on_page=progress.update))
     except SyncError as exc:
         progress.clear()
         return _fail(str(exc), 1)

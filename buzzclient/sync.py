@@ -73,6 +73,9 @@ class RoundSummary:
     items: int = 0  # events + removals received
     changes: Changes = field(default_factory=Changes)
     resets: int = 0  # pages that reset a round the client did not start as a full round
+    # The round was begun by an earlier run (interrupted) and finished by this one: its T was
+    # fixed by its first page, so writes made since may be left to the next round.
+    resumed: bool = False
     seconds: float = 0.0
     waited: float = 0.0  # seconds spent honouring 429 / backing off from 503
     # Of `seconds`, waiting for /query answers (retries included); pages fetched while the
@@ -123,7 +126,10 @@ class Round:
         else:
             self.progress = None
             kind = "full"
-        self.summary = RoundSummary(kind=kind, incremental=info.incremental)
+        self.summary = RoundSummary(
+            kind=kind, incremental=info.incremental,
+            resumed=self.progress is not None and state.round_open,
+        )
         self.done = False
         self._started = time.monotonic()
         self._waited_before = syncer.http.stats.waited

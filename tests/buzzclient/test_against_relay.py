@@ -19,9 +19,10 @@ from django.db import connection
 
 from artifacts.models import Event
 from buzzclient import RelayAddress, RelayHttp, Syncer
+from buzzclient.cli import main as cli_main
 from nostr.events import sign_event
 from relayinfo.readiness import forget_cached_readiness
-from tests.buzzclient.world import World, catch_up, totals
+from tests.buzzclient.world import World, catch_up, settle, totals
 from tests.factories import Key, add_member, redact, write
 from tests.relay_server import RelayProcess, start_relay
 
@@ -93,6 +94,30 @@ def test_continuation_rounds_deliver_only_the_changes(
     quiet = syncer.run_round()
     assert quiet.kind == "continuation"
     assert (quiet.added, quiet.updated, quiet.removed, quiet.resets) == (0, 0, 0, 0)
+
+
+def test_a_run_that_finishes_an_interrupted_round_also_brings_what_was_written_since(
+    world: World, relay_server: RelayProcess, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An interrupted round's range ends where its first page put it (T). The run that
+    finishes it runs one more round, so a write made in between is in the collection."""
+    world.create(world.open_h, 6)
+    db = tmp_path / "local.sqlite"
+    with Syncer(relay_url=relay_server.url, secret_hex=world.bob.secret, db=db,
+                page_limit=2) as first:
+        first.start_round().step()  # the first of three pages: the round stays open
+    later = world.create(world.member_h)[0]
+    settle()
+    key_file = tmp_path / "bob.key"
+    key_file.write_text(world.bob.secret + "\n")
+    assert cli_main(["--relay", relay_server.url, "--key-file", str(key_file),
+                     "--db", str(db), "--limit", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["full round", "continuation round"]
+    with Syncer(relay_url=relay_server.url, secret_hex=world.bob.secret, db=db) as resumed:
+        assert later in resumed.heads()
+        assert resumed.heads() == world.readable({world.open_h, world.member_h})
 
 
 def test_removals_reach_the_collection(world: World, sync: Callable[..., Syncer]) -> None:
