@@ -15,7 +15,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from artifacts.selectors.filters import InvalidFilter, parse_query_body
 from artifacts.selectors.plain_reads import plain_query
-from artifacts.selectors.rounds import Page, prepare_round, read_page
+from artifacts.selectors.rounds import CommunityGone, Page, prepare_round, read_page
 from artifacts.tokens import InvalidProgress
 from buzzrelay.http import json_error
 from buzzrelay.nip98_auth import AuthenticationFailed, authenticate_request, unauthorized_response
@@ -51,7 +51,10 @@ def post_query(request: HttpRequest) -> HttpResponse:
     if rounds is None:
         raws = plain_query(community_id=community_id, reader=reader, query=query)
         return _json(b"[" + b",".join(raw.encode() for raw in raws) + b"]")
-    page = read_page(rounds, ready=deployment_ready())
+    try:
+        page = read_page(rounds, ready=deployment_ready())
+    except CommunityGone:
+        return json_error(404, "unknown_community", "no community is served at this host")
     record_round(
         reset=page.reset,
         rows=len(page.events) + len(page.removed),

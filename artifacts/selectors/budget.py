@@ -15,6 +15,17 @@ from django.db import connections, transaction
 from django.db.backends.utils import CursorWrapper
 
 READ_STATEMENT_TIMEOUT_MS = 2000
+# A read's session settings, local to its transaction (safe behind a transaction pooler).
+# random_page_cost: a read touches a few hot index pages per row; at the default (4, a spinning
+# disk's) the planner prefers a sequential scan of a small channels table once per candidate
+# row, several times slower than the index lookup. No parallel workers: starting them costs more
+# than the bounded, indexed work of a read.
+def read_settings_sql(statement_timeout_ms: int = READ_STATEMENT_TIMEOUT_MS) -> str:
+    return (
+        f"SET LOCAL statement_timeout = {int(statement_timeout_ms)};"
+        " SET LOCAL random_page_cost = 1.1;"
+        " SET LOCAL max_parallel_workers_per_gather = 0"
+    )
 
 
 @contextmanager
@@ -35,15 +46,9 @@ def read_transaction(
     isolation = "REPEATABLE READ" if repeatable_read else "READ COMMITTED"
     with transaction.atomic(using=alias), connection.cursor() as cursor:
         # None of these takes a snapshot: the caller's first query does. One round trip.
-        # random_page_cost: a read touches a few hot index pages per row; at the default (4, a
-        # spinning disk's) the planner prefers a sequential scan of a small channels table
-        # once per candidate row, several times slower than the index lookup. No parallel
-        # workers: starting them costs more than the bounded, indexed work of a read.
         cursor.execute(
             f"SET TRANSACTION ISOLATION LEVEL {isolation}, READ ONLY;"
-            f" SET LOCAL statement_timeout = {int(statement_timeout_ms)};"
-            " SET LOCAL random_page_cost = 1.1;"
-            " SET LOCAL max_parallel_workers_per_gather = 0"
+            f" {read_settings_sql(statement_timeout_ms)}"
         )
         yield cursor
 

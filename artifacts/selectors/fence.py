@@ -37,6 +37,24 @@ _lock = threading.Lock()
 _cached: dict[str, tuple[float, datetime]] = {}
 
 
+def cached_fence(*, alias: str = "default", max_age: float = CACHE_SECONDS) -> datetime | None:
+    """The fence read less than `max_age` seconds ago, or None."""
+    with _lock:
+        hit = _cached.get(alias)
+    if hit is not None and time.monotonic() - hit[0] <= max_age:
+        return hit[1]
+    return None
+
+
+def remember_fence(fence: datetime, *, read_at: float, alias: str = "default") -> None:
+    """Keep a fence read (before any snapshot) at monotonic time `read_at`."""
+    with _lock:
+        previous = _cached.get(alias)
+        # Keep the newest reading; a slower concurrent reader must not move the cache back.
+        if previous is None or previous[0] <= read_at:
+            _cached[alias] = (read_at, fence)
+
+
 def read_fence(*, alias: str = "default", max_age: float = CACHE_SECONDS) -> datetime:
     """A fence T read before the caller's snapshot; reused for at most `max_age` seconds.
 
@@ -45,17 +63,12 @@ def read_fence(*, alias: str = "default", max_age: float = CACHE_SECONDS) -> dat
     connection = connections[alias]
     if connection.in_atomic_block:
         raise RuntimeError("the fence must be read before the page's transaction begins")
+    hit = cached_fence(alias=alias, max_age=max_age)
+    if hit is not None:
+        return hit
     now = time.monotonic()
-    with _lock:
-        hit = _cached.get(alias)
-    if hit is not None and now - hit[0] <= max_age:
-        return hit[1]
     with connection.cursor() as cursor:
         cursor.execute(FENCE_SQL)
         fence: datetime = cursor.fetchone()[0]
-    with _lock:
-        previous = _cached.get(alias)
-        # Keep the newest reading; a slower concurrent reader must not move the cache back.
-        if previous is None or previous[0] <= now:
-            _cached[alias] = (now, fence)
+    remember_fence(fence, read_at=now, alias=alias)
     return fence

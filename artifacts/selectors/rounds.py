@@ -15,12 +15,16 @@ A page, in order:
 
 A round's T is fixed by its first page and carried in the token; the T read in step 2 is used by
 a page that starts a round (or resets), and as the new view fence when the view is recomputed.
+
+Steps 3-6 are `page_steps`, a generator that yields each statement and receives its rows, so
+the page is written once for two drivers: `read_page` runs it on Django's connection (the view),
+`artifacts.selectors.async_reads.read_page_async` on an asyncio connection (the HTTP fast path).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,8 +40,9 @@ from artifacts.selectors.view import (
     PROBE_COLUMNS,
     PROBE_FROM,
     ViewProbe,
-    compute_view_digest,
     probe_from_row,
+    view_digest_from_row,
+    view_digest_statement,
     view_unchanged,
 )
 from artifacts.tokens import (
@@ -104,6 +109,10 @@ class _Walk:
         self.cursor_at, self.cursor_key = _ORIGIN, None
 
 
+class CommunityGone(Exception):
+    """The request's community was deleted after the request was routed to it (404)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RoundRequest:
     """An incremental request whose token was decoded (before any rate limit or budget)."""
@@ -127,6 +136,12 @@ def prepare_round(*, community_id: int, reader: str, query: QueryFilter) -> Roun
     return RoundRequest(community_id, reader, query, binding, decoded)
 
 
+# One statement a page needs run in its snapshot (SQL, parameters); the driver sends back its rows.
+Statement = tuple[str, Mapping[str, Any]]
+Rows = list[Any]
+PageSteps = Generator[Statement, Rows, "Page"]
+
+
 def read_page(
     request: RoundRequest,
     *,
@@ -144,64 +159,105 @@ def read_page(
     is a full round. `scan_budget`: candidate rows the page may examine. `before_snapshot` runs
     between the fence read and the page's snapshot (tests inject a commit there).
     """
+    fence = read_fence(alias=alias, max_age=fence_max_age)
+    if before_snapshot is not None:
+        before_snapshot()
+    with read_transaction(alias=alias, repeatable_read=True) as cursor:
+        steps = page_steps(
+            request,
+            fence=fence,
+            identity=database_identity(cursor, alias=alias),
+            ready=ready,
+            overlap=overlap,
+            token_max_age=token_max_age,
+            scan_budget=scan_budget,
+        )
+        return run_steps(cursor, steps)
+
+
+def run_steps(cursor: CursorWrapper, steps: PageSteps) -> Page:
+    """Drive a page's statements through a Django cursor (the page's transaction)."""
+    try:
+        statement = next(steps)
+        while True:
+            statement = steps.send(execute_prepared(cursor, *statement))
+    except StopIteration as done:
+        page: Page = done.value
+        return page
+
+
+def page_steps(
+    request: RoundRequest,
+    *,
+    fence: datetime,
+    identity: str,
+    ready: bool,
+    overlap: timedelta | None = None,
+    token_max_age: timedelta | None = None,
+    scan_budget: int = SCAN_BUDGET,
+) -> PageSteps:
+    """One page, as the statements it runs in its snapshot (steps 3-6 above).
+
+    The caller read the fence T before the snapshot, opened the page's REPEATABLE READ, read-only
+    transaction under the read budget, and runs each statement yielded here in it, sending the
+    rows back: the first one takes the snapshot. Written once for both drivers, the synchronous
+    one (`run_steps`, Django's connection) and the HTTP fast path's asynchronous one.
+    `identity`: the database's identity (relayinfo.sync_epoch.database_identity).
+    """
     query = request.query
     if overlap is None:
         overlap = timedelta(seconds=settings.ARTIFACT_SYNC_OVERLAP_SECONDS)
     if token_max_age is None:
         token_max_age = timedelta(seconds=settings.ARTIFACT_SYNC_TOKEN_MAX_AGE)
-    fence = read_fence(alias=alias, max_age=fence_max_age)
-    if before_snapshot is not None:
-        before_snapshot()
-    with read_transaction(alias=alias, repeatable_read=True) as cursor:
-        # The first statement takes the page's snapshot.
-        now, epoch, enabled, allowed_types, *probe_row = execute_prepared(
-            cursor, _FIRST_STATEMENT, {"community": request.community_id, "reader": request.reader}
-        )[0]
-        state = _PageState(
-            now=now,
-            epoch=epoch,
-            database=database_tag(database_identity(cursor, alias=alias)),
-            probe=probe_from_row(*probe_row),
-            fence=fence,
+    first = yield _FIRST_STATEMENT, {"community": request.community_id, "reader": request.reader}
+    if not first:
+        raise CommunityGone(request.community_id)
+    now, epoch, enabled, allowed_types, *probe_row = first[0]
+    state = _PageState(
+        now=now,
+        epoch=epoch,
+        database=database_tag(identity),
+        probe=probe_from_row(*probe_row),
+        fence=fence,
+    )
+    reset_reason, token, digest = yield from _resume(
+        request, state, ready=ready, overlap=overlap, token_max_age=token_max_age
+    )
+    if token is None:
+        # A new full round, T = this page's fence.
+        if digest is None:
+            digest = yield from _view_digest(request)
+        token = ProgressToken(
+            phase=Phase.FULL, epoch=epoch, database=state.database, round_t=fence,
+            watermark=_ORIGIN, cursor_at=_ORIGIN, cursor_key=b"",
+            view_digest=digest, view_t=fence,
+            view_fingerprint=state.probe.fingerprint, issued_at=now,
         )
-        reset_reason, token, digest = _resume(
-            cursor, request, state, ready=ready, overlap=overlap, token_max_age=token_max_age
+    elif token.phase is Phase.DONE:
+        # A continuation round: W = the previous round's T. A cached or skewed fence below
+        # W would make the range run backwards; the round then covers up to W.
+        token = replace(
+            token, phase=Phase.HEADS, watermark=token.round_t,
+            round_t=max(fence, token.round_t), cursor_at=_ORIGIN, cursor_key=b"",
         )
-        if token is None:
-            # A new full round, T = this page's fence.
-            token = ProgressToken(
-                phase=Phase.FULL, epoch=epoch, database=state.database, round_t=fence,
-                watermark=_ORIGIN, cursor_at=_ORIGIN, cursor_key=b"",
-                view_digest=digest or _view_digest(cursor, request), view_t=fence,
-                view_fingerprint=state.probe.fingerprint, issued_at=now,
-            )
-        elif token.phase is Phase.DONE:
-            # A continuation round: W = the previous round's T. A cached or skewed fence below
-            # W would make the range run backwards; the round then covers up to W.
-            token = replace(
-                token, phase=Phase.HEADS, watermark=token.round_t,
-                round_t=max(fence, token.round_t), cursor_at=_ORIGIN, cursor_key=b"",
-            )
-        walk = _Walk(
-            token.phase, token.cursor_at, _key_text(token), query.limit, budget=scan_budget
-        )
-        params: dict[str, Any] = {
-            "community": request.community_id,
-            "reader": request.reader,
-            "round_t": token.round_t,
-            "low": token.watermark - overlap,
-        }
-        if query.values("h") is not None:
-            params["filter_h"] = list(query.values("h") or ())
-        types = _types_within(allowed_types, query.values("type"))
-        if types is not None:
-            params["types"] = types
-        if enabled:
-            _walk(cursor, walk, params)
-        else:
-            # Nothing is readable, and under this view (constant since the last reset) nothing
-            # ever was: the round is done.
-            walk.phase = Phase.DONE
+    walk = _Walk(token.phase, token.cursor_at, _key_text(token), query.limit, budget=scan_budget)
+    params: dict[str, Any] = {
+        "community": request.community_id,
+        "reader": request.reader,
+        "round_t": token.round_t,
+        "low": token.watermark - overlap,
+    }
+    if query.values("h") is not None:
+        params["filter_h"] = list(query.values("h") or ())
+    types = _types_within(allowed_types, query.values("type"))
+    if types is not None:
+        params["types"] = types
+    if enabled:
+        yield from _walk(walk, params)
+    else:
+        # Nothing is readable, and under this view (constant since the last reset) nothing
+        # ever was: the round is done.
+        walk.phase = Phase.DONE
 
     next_token = replace(
         token,
@@ -235,14 +291,13 @@ class _PageState:
 
 
 def _resume(
-    cursor: CursorWrapper,
     request: RoundRequest,
     state: _PageState,
     *,
     ready: bool,
     overlap: timedelta,
     token_max_age: timedelta,
-) -> tuple[str | None, ProgressToken | None, bytes | None]:
+) -> Generator[Statement, Rows, tuple[str | None, ProgressToken | None, bytes | None]]:
     """(reset reason, token to continue, the view digest when this page computed it); exactly
     one of the first two is None."""
     decoded = request.decoded
@@ -264,7 +319,7 @@ def _resume(
         overlap=overlap,
     ):
         return None, decoded, None
-    digest = _view_digest(cursor, request)
+    digest = yield from _view_digest(request)
     if digest != decoded.view_digest:
         return "view", None, digest
     # The same view, checked in this snapshot: any later change carries a stamp >= this fence.
@@ -273,17 +328,16 @@ def _resume(
     ), digest
 
 
-def _view_digest(cursor: CursorWrapper, request: RoundRequest) -> bytes:
-    return compute_view_digest(
-        cursor,
+def _view_digest(request: RoundRequest) -> Generator[Statement, Rows, bytes]:
+    rows = yield view_digest_statement(
         community_id=request.community_id,
         reader=request.reader,
         channels=request.query.values("h"),
-        types=request.query.values("type"),
     )
+    return view_digest_from_row(rows[0], types=request.query.values("type"))
 
 
-def _walk(cursor: CursorWrapper, walk: _Walk, params: dict[str, Any]) -> None:
+def _walk(walk: _Walk, params: dict[str, Any]) -> Generator[Statement, Rows, None]:
     """Fill the page from the walk's phase onwards, one window of candidates per statement.
 
     A window starts a little larger than the entries still wanted (most candidates of a reader
@@ -307,7 +361,7 @@ def _walk(cursor: CursorWrapper, walk: _Walk, params: dict[str, Any]) -> None:
             "cursor_at": walk.cursor_at,
             "cursor_key": walk.cursor_key,
         }
-        rows = execute_prepared(cursor, statement, step)
+        rows = yield statement, step
         trailer = rows.pop() if rows and rows[-1][0] == 1 else None
         scanned = 0 if trailer is None else int(trailer[7])
         walk.budget -= scanned

@@ -72,6 +72,33 @@ def view_unchanged(
     )
 
 
+def view_digest_statement(
+    *, community_id: int, reader: str, channels: tuple[str, ...] | None
+) -> tuple[str, dict[str, Any]]:
+    """The statement whose one row `view_digest_from_row` turns into the view's digest."""
+    params: dict[str, Any] = {"community": community_id, "reader": reader}
+    if channels is not None:
+        params["filter_h"] = list(channels)
+    sql = f"""
+        SELECT co.artifacts_enabled, co.artifact_types,
+               (SELECT sha256(convert_to(coalesce(
+                           string_agg(v.channel_id::text, ',' ORDER BY v.channel_id), ''), 'UTF8'))
+                  FROM ({readable_channels("filter_h" if channels is not None else None)}) v)
+          FROM communities co WHERE co.id = %(community)s
+        """
+    return sql, params
+
+
+def view_digest_from_row(row: tuple[Any, ...], *, types: tuple[str, ...] | None) -> bytes:
+    enabled, allowed, channel_hash = row
+    if allowed is None:
+        view_types: list[str] | None = None if types is None else list(types)
+    else:
+        view_types = sorted(set(allowed) & set(types) if types is not None else set(allowed))
+    summary = orjson.dumps({"enabled": enabled, "types": view_types})
+    return hashlib.sha256(b"buzz view v1\0" + summary + bytes(channel_hash)).digest()[:DIGEST_BYTES]
+
+
 def compute_view_digest(
     cursor: CursorWrapper,
     *,
@@ -81,23 +108,6 @@ def compute_view_digest(
     types: tuple[str, ...] | None,
 ) -> bytes:
     """The digest of P's view within the filter (`#h` channels, `#type` types), in this snapshot."""
-    params: dict[str, Any] = {"community": community_id, "reader": reader}
-    if channels is not None:
-        params["filter_h"] = list(channels)
-    cursor.execute(
-        f"""
-        SELECT co.artifacts_enabled, co.artifact_types,
-               (SELECT sha256(convert_to(coalesce(
-                           string_agg(v.channel_id::text, ',' ORDER BY v.channel_id), ''), 'UTF8'))
-                  FROM ({readable_channels("filter_h" if channels is not None else None)}) v)
-          FROM communities co WHERE co.id = %(community)s
-        """,
-        params,
-    )
-    enabled, allowed, channel_hash = cursor.fetchone()
-    if allowed is None:
-        view_types: list[str] | None = None if types is None else list(types)
-    else:
-        view_types = sorted(set(allowed) & set(types) if types is not None else set(allowed))
-    summary = orjson.dumps({"enabled": enabled, "types": view_types})
-    return hashlib.sha256(b"buzz view v1\0" + summary + bytes(channel_hash)).digest()[:DIGEST_BYTES]
+    sql, params = view_digest_statement(community_id=community_id, reader=reader, channels=channels)
+    cursor.execute(sql, params)
+    return view_digest_from_row(cursor.fetchone(), types=types)
