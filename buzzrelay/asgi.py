@@ -25,11 +25,16 @@ django_application = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 
+from artifacts.api.query_fast_path import QueryFastPath  # noqa: E402
 from artifacts.ws.routing import websocket_application  # noqa: E402
 from relayinfo.fleet import fleet_lifecycle  # noqa: E402
 
 # fleet_lifecycle registers this process in the fleet registry (readiness item 4) when the
 # server starts it and deregisters it on shutdown.
 application = fleet_lifecycle(
-    ProtocolTypeRouter({"http": django_application, "websocket": websocket_application})
+    ProtocolTypeRouter(
+        # Incremental rounds on POST /query are answered on the event loop when they can be
+        # answered exactly as Django's view would; everything else is Django's.
+        {"http": QueryFastPath(django_application), "websocket": websocket_application}
+    )
 )

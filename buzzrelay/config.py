@@ -52,6 +52,8 @@ class Config:
     # Server-side prepared statements for the reads' hot statements (off behind a transaction-mode
     # pooler that does not track them).
     database_prepared_statements: bool
+    # `POST /query` rounds served on the event loop (artifacts.api.query_fast_path).
+    query_fast_path: bool
     token_max_age_seconds: int
     rate_limits: RateLimits = field(default_factory=lambda: RateLimits())
 
@@ -254,6 +256,7 @@ def read_config() -> Config:
         overlap_seconds=_int("ARTIFACT_SYNC_OVERLAP_SECONDS", 120, minimum=0),
         database_pool_size=_int("DATABASE_POOL_SIZE", 16, minimum=1, unit="connections"),
         database_prepared_statements=_bool("DATABASE_PREPARED_STATEMENTS", True),
+        query_fast_path=_bool("RELAY_QUERY_FAST_PATH", True),
         token_max_age_seconds=_int("ARTIFACT_SYNC_TOKEN_MAX_AGE", 30 * 86400, minimum=60),
         rate_limits=_rate_limits(),
     )

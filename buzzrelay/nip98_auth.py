@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from redis.exceptions import RedisError
 
 from buzzrelay.http import absolute_url, json_error
-from buzzrelay.ratelimit import mark_redis_down, redis_client
+from buzzrelay.ratelimit import RedisUnavailable, mark_redis_down, redis_client
 from nostr.nip98 import Nip98Error, verify_nip98
 
 __all__ = [
@@ -93,6 +94,25 @@ _lock = threading.Lock()
 _postgres_live_until = 0.0  # latest expiry of a PostgreSQL claim, as last seen
 _postgres_checked_at = -1.0e9
 _last_prune = -1.0e9
+
+
+def postgres_claims_known_absent() -> bool:
+    """PostgreSQL was checked within the last second and holds no live claim: a Redis claim
+    alone is then the whole claim (what `claim_auth_event` would do)."""
+    return time.monotonic() - _postgres_checked_at < 1.0 and _postgres_live_until <= time.time()
+
+
+async def claim_in_redis_async(client: Any, event_id: str, *, expires_at: int) -> bool:
+    """`claim_auth_event` through an asyncio Redis client, for when PostgreSQL is known to hold
+    no live claim; raises `RedisUnavailable` (nothing was claimed) instead of falling back."""
+    expires_at += CLOCK_SKEW_MARGIN
+    ttl = max(1, expires_at - int(time.time()))
+    try:
+        fresh = await client.set(CLAIM_PREFIX + event_id, b"1", nx=True, ex=ttl)
+    except (RedisError, OSError) as exc:
+        mark_redis_down()
+        raise RedisUnavailable from exc
+    return bool(fresh)
 
 
 def _postgres_claims_live() -> bool:

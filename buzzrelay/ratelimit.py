@@ -8,11 +8,14 @@ breaker, so requests do not each wait for a connect timeout while Redis is down.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
 from typing import Any
+from weakref import WeakKeyDictionary
 
+import redis.asyncio
 from django.conf import settings
 from django.core.cache import caches
 from django.core.signals import setting_changed
@@ -23,9 +26,12 @@ from redis.exceptions import NoScriptError, RedisError
 from buzzrelay.http import client_address, json_error
 
 __all__ = [
+    "RedisUnavailable",
+    "async_redis_client",
     "check_address",
     "check_pubkey",
     "check_rate",
+    "check_rate_async",
     "mark_redis_down",
     "rate_limited_response",
     "redis_client",
@@ -74,6 +80,31 @@ def redis_client() -> Any | None:
     return get_redis_connection("default")
 
 
+class RedisUnavailable(Exception):
+    """Redis is not configured, its breaker is open, or it just failed (the breaker is now open):
+    the caller takes the synchronous path, which has the fallbacks."""
+
+
+_async_clients: WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = WeakKeyDictionary()
+
+
+def async_redis_client() -> Any:
+    """This event loop's asyncio client of the cache's Redis; raises `RedisUnavailable`."""
+    if time.monotonic() < _redis_down_until:
+        raise RedisUnavailable
+    loop = asyncio.get_running_loop()
+    client = _async_clients.get(loop)
+    if client is None:
+        url = settings.CONFIG.redis_url
+        if not url or type(caches["default"]).__module__.split(".")[0] != "django_redis":
+            raise RedisUnavailable
+        client = redis.asyncio.Redis.from_url(
+            url, socket_connect_timeout=0.5, socket_timeout=0.5
+        )
+        _async_clients[loop] = client
+    return client
+
+
 def mark_redis_down() -> None:
     global _redis_down_until
     with _state_lock:
@@ -87,6 +118,7 @@ def _caches_changed(*, setting: str, **kwargs: Any) -> None:
     if setting == "CACHES":
         _redis_down_until = 0.0
         _script_sha = None
+        _async_clients.clear()
 
 
 class _LocalBuckets:
@@ -140,6 +172,27 @@ def check_rate(key: str, *, rate: float, burst: int) -> float | None:
         else:
             return wait if wait > 0 else None
     return local_buckets.take(key, rate, burst)
+
+
+async def check_rate_async(client: Any, key: str, *, rate: float, burst: int) -> float | None:
+    """`check_rate` in Redis through an asyncio client; raises `RedisUnavailable` instead of
+    falling back (the caller then takes the synchronous path)."""
+    global _script_sha
+    if rate <= 0:
+        return None
+    try:
+        if _script_sha is None:
+            _script_sha = await client.script_load(_TAKE)
+        try:
+            result = await client.evalsha(_script_sha, 1, KEY_PREFIX + key, repr(rate), burst)
+        except NoScriptError:
+            _script_sha = await client.script_load(_TAKE)
+            result = await client.evalsha(_script_sha, 1, KEY_PREFIX + key, repr(rate), burst)
+    except (RedisError, OSError) as exc:
+        mark_redis_down()
+        raise RedisUnavailable from exc
+    wait = float(result)
+    return wait if wait > 0 else None
 
 
 def _take_in_redis(client: Any, key: str, rate: float, burst: int) -> bytes:

@@ -151,6 +151,9 @@ RELAY_TRUSTED_PROXIES = CONFIG.trusted_proxies
 ARTIFACT_SYNC_OVERLAP_SECONDS = CONFIG.overlap_seconds
 ARTIFACT_SYNC_TOKEN_MAX_AGE = CONFIG.token_max_age_seconds
 RELAY_MAX_BODY_BYTES = 64 * 1024
+# Incremental rounds on `POST /query` served on the event loop when the request needs nothing
+# only Django's path has (artifacts.api.query_fast_path); off, every request goes through Django.
+RELAY_QUERY_FAST_PATH = CONFIG.query_fast_path
 # Token buckets (PROTOCOL.md section 3): per client address before any signature is verified,
 # per pubkey after authentication; rate in requests per second, 0 turns a limit off.
 RELAY_RATE_LIMIT_ADDRESS_RATE = CONFIG.rate_limits.address_rate

@@ -55,6 +55,9 @@ class _Totals:
     rows: int = 0
     fence_sum_ms: float = 0.0
     fence_buckets: list[int] = field(default_factory=lambda: [0] * len(FENCE_BUCKETS_MS))
+    # POST /query requests the fast path answered itself, and those it handed to Django.
+    fast_path_answered: int = 0
+    fast_path_delegated: int = 0
 
 
 _lock = threading.Lock()
@@ -69,14 +72,17 @@ def _minute(now: float) -> int:
 
 
 def record_round(
-    *, reset: bool, rows: int, fence_lag_ms: float, more: bool | None = None
-) -> None:
+    *, reset: bool, rows: int, fence_lag_ms: float, more: bool | None = None, flush: bool = True
+) -> bool:
     """Count one incremental page served.
 
     `reset`: the page started a new full round; `rows`: len(events) + len(removed);
     `fence_lag_ms`: how far the round's T lags the database's now() (open transactions hold it
     back); `more`: the page's `more` flag, when given a `more: false` page counts a finished round.
+    `flush`: write due counts to the shared cache now; with False, return whether a flush is due
+    instead (an event loop must not wait on the cache: it runs `flush_metrics` in a thread).
     """
+    global _last_flush
     now = time.time()
     fence_us = max(0, int(fence_lag_ms * 1000))
     with _lock:
@@ -99,8 +105,21 @@ def record_round(
             bucket.rounds += 1
             _totals.rounds += 1
         due = (now - _last_flush >= FLUSH_SECONDS or len(_pending) > 1) and now >= _down_until
-    if due:
+        if due and not flush:
+            # Claimed by this caller: others do not also schedule one before it runs.
+            _last_flush = now
+    if due and flush:
         flush_metrics()
+    return due
+
+
+def record_fast_path(*, answered: bool) -> None:
+    """Count one `POST /query` the fast path answered (True) or handed to Django (False)."""
+    with _lock:
+        if answered:
+            _totals.fast_path_answered += 1
+        else:
+            _totals.fast_path_delegated += 1
 
 
 def flush_metrics() -> None:
@@ -257,6 +276,8 @@ class ProcessTotals:
     rows: int
     fence_sum_ms: float
     fence_buckets: tuple[tuple[float, int], ...]  # (upper bound ms, cumulative count)
+    fast_path_answered: int = 0
+    fast_path_delegated: int = 0
 
 
 def process_totals() -> ProcessTotals:
@@ -265,7 +286,7 @@ def process_totals() -> ProcessTotals:
         buckets = tuple(zip(map(float, FENCE_BUCKETS_MS), _totals.fence_buckets, strict=True))
         return ProcessTotals(
             _totals.pages, _totals.resets, _totals.rounds, _totals.rows, _totals.fence_sum_ms,
-            buckets,
+            buckets, _totals.fast_path_answered, _totals.fast_path_delegated,
         )
 
 
@@ -326,6 +347,10 @@ def prometheus_exposition() -> str:
     ):
         _help(out, name, "counter", f"{text} by this process")
         _line(out, name, value)
+    _help(out, "buzz_query_fast_path_total", "counter",
+          "POST /query requests answered on the event loop or handed to Django (this process)")
+    _line(out, "buzz_query_fast_path_total", totals.fast_path_answered, 'outcome="answered"')
+    _line(out, "buzz_query_fast_path_total", totals.fast_path_delegated, 'outcome="delegated"')
     _help(out, "buzz_fence_lag_milliseconds", "histogram", "round T behind now() (this process)")
     for bound, count in totals.fence_buckets:
         _line(out, "buzz_fence_lag_milliseconds_bucket", count, f'le="{bound:g}"')

@@ -484,6 +484,14 @@ def deployment_ready() -> bool:
     return evaluate_readiness().ready
 
 
+def cached_readiness() -> bool | None:
+    """The verdict while this process's cached one is fresh, else None (never evaluates)."""
+    cached, ttl = _cached, float(settings.RELAY_READINESS_CACHE_SECONDS)
+    if cached is None or time.time() - cached.evaluated_at >= ttl:
+        return None
+    return cached.ready
+
+
 def forget_cached_readiness() -> None:
     """Drop this process's cached verdict (the next call evaluates again)."""
     global _cached

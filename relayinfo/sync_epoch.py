@@ -25,6 +25,11 @@ def _cache_key(alias: str) -> tuple[str, str, str, str]:
     return (str(params["HOST"]), str(params["PORT"]), str(params["NAME"]), alias)
 
 
+def cached_database_identity(alias: str = "default") -> str | None:
+    """The identity once this process has read it, else None."""
+    return _identity_cache.get(_cache_key(alias))
+
+
 def database_identity(cursor: CursorWrapper | None = None, *, alias: str = "default") -> str:
     """`"<system identifier>/<database oid>"`, read once per process."""
     key = _cache_key(alias)

@@ -127,7 +127,7 @@ def start_relay(env_overrides: Mapping[str, str | None] | None = None) -> RelayP
                 "--host", HOST, "--port", str(port), "--lifespan", "on",
                 "--ws-max-size", "131072", "--ws-per-message-deflate", "false",
                 "--timeout-graceful-shutdown", "10",
-                "--log-level", "warning",
+                "--log-level", "warning", "--no-proxy-headers", "--no-access-log",
             ],
             cwd=ROOT,
             env=env,

@@ -14,7 +14,7 @@ from django.conf import settings
 
 from buzzrelay.http import host_without_port
 
-__all__ = ["client_address", "header", "public_host", "public_relay_url"]
+__all__ = ["client_address", "header", "public_host", "public_http_url", "public_relay_url"]
 
 
 def header(scope: dict[str, Any], name: str) -> str | None:
@@ -75,6 +75,20 @@ def public_relay_url(scope: dict[str, Any]) -> str:
     elif forwarded in ("http", "ws"):
         scheme = "ws"
     return f"{scheme}://{_public_netloc(scope)}/"
+
+
+def public_http_url(scope: dict[str, Any], path: str) -> str | None:
+    """The absolute URL of an HTTP request to `path` as NIP-98's `u` tag must name it (the rules
+    of buzzrelay.http.absolute_url), or None when the request names no host (Django would fall
+    back to the server's name, which this scope-only reading does not guess)."""
+    if settings.RELAY_PUBLIC_URL:
+        return f"{settings.RELAY_PUBLIC_URL}{path}"
+    scheme = str(scope.get("scheme") or "http")
+    forwarded_proto = _forwarded(scope, "x-forwarded-proto")
+    if forwarded_proto in ("http", "https"):
+        scheme = forwarded_proto
+    netloc = _forwarded(scope, "x-forwarded-host") or (header(scope, "host") or "").lower()
+    return f"{scheme}://{netloc}{path}" if netloc else None
 
 
 def client_address(scope: dict[str, Any]) -> str:

@@ -1,0 +1,263 @@
+"""`POST /query` incremental rounds on the event loop, in front of Django.
+
+Why: a continuation round with nothing pending costs little work (two indexed statements), but
+served through Django's ASGI handler it paid for the request cycle, a thread per request and
+the hops between it and the event loop: 2.9 ms of relay CPU per round under load against 1.6 ms
+in-process (docs/performance.md). Here a well-formed round is answered on the event loop with
+asyncio clients of PostgreSQL and Redis, by the same code that decides it in Django's view:
+`nostr.nip98` verifies the header, `filters.parse_query_body` and `rounds.prepare_round` read the
+request, `rounds.page_steps` is the page, `render_page` the answer.
+
+The fast path answers only what it can answer exactly as the view would (PROTOCOL.md section 3
+order: community 404, address limit 429, NIP-98 401, shape 400, pubkey limit 429, budget 503).
+Every request that is not a well-formed incremental round of a known community, or that needs
+something only the synchronous path has (Redis down and the local fallbacks, replay claims held
+in PostgreSQL, a readiness verdict or database identity not yet cached in this process, a body
+that is not plainly sized), is handed to Django untouched, before anything with an effect (a
+rate-limit token, a replay claim) was taken. So a refusal is always Django's own answer, and
+the fast path's answers are the 429s of the limits, the replay 401, the budget and database
+503s, and the pages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+from django.conf import settings
+from django.http import HttpResponse
+from psycopg import errors as pg_errors
+from psycopg_pool import PoolTimeout
+
+from artifacts.api.query_views import render_page
+from artifacts.selectors.async_reads import begin_read, connection_pool, read_page_async
+from artifacts.selectors.filters import InvalidFilter, parse_query_body
+from artifacts.selectors.rounds import CommunityGone, prepare_round
+from artifacts.tokens import InvalidProgress
+from artifacts.ws.scope import client_address, header, public_host, public_http_url
+from buzzrelay.http import CORS_HEADERS, json_error
+from buzzrelay.nip98_auth import (
+    REPLAY_MESSAGE,
+    WINDOW_SECONDS,
+    claim_in_redis_async,
+    postgres_claims_known_absent,
+    unauthorized_response,
+)
+from buzzrelay.ratelimit import (
+    RedisUnavailable,
+    async_redis_client,
+    check_pubkey,
+    check_rate_async,
+    rate_limited_response,
+)
+from nostr.nip98 import Nip98Error, verify_nip98
+from relayinfo.metrics import flush_metrics, record_fast_path, record_round
+from relayinfo.readiness import cached_readiness
+from relayinfo.sync_epoch import cached_database_identity
+
+__all__ = ["QueryFastPath"]
+
+logger = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[..., Awaitable[None]]
+
+PATH = "/query"
+# The headers Django's middleware adds to every answer (SecurityMiddleware,
+# XFrameOptionsMiddleware); the relay's CORS headers are added with them.
+_DJANGO_HEADERS = (
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+)
+_CORS = tuple((name.lower().encode(), value.encode()) for name, value in CORS_HEADERS.items())
+
+
+class _Delegate(Exception):
+    """Django answers this request (nothing with an effect was done yet)."""
+
+
+class QueryFastPath:
+    """ASGI middleware: serves incremental rounds on `POST /query`, the rest goes to `app`."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not _candidate(scope):
+            await self.app(scope, receive, send)
+            return
+        body, complete = await _read_body(receive, limit=settings.RELAY_MAX_BODY_BYTES)
+        if complete:
+            try:
+                response = await _serve(scope, body)
+            except _Delegate:
+                pass
+            else:
+                record_fast_path(answered=True)
+                await _send_response(send, response)
+                return
+        record_fast_path(answered=False)
+        await self.app(scope, _replaying(body, complete, receive), send)
+
+
+def _candidate(scope: Scope) -> bool:
+    if scope["type"] != "http" or not settings.RELAY_QUERY_FAST_PATH:
+        return False
+    if scope["method"] != "POST" or scope["path"] != PATH or scope.get("query_string"):
+        return False
+    length = header(scope, "content-length")
+    # Django answers a missing, malformed or oversized length (400, 413) and chunked bodies.
+    return length is not None and length.isdigit() and int(length) <= settings.RELAY_MAX_BODY_BYTES
+
+
+async def _read_body(receive: Receive, *, limit: int) -> tuple[bytes, bool]:
+    """(the body read, whether it is the whole body within `limit`)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            # A disconnect: Django's handler sees it too when it reads.
+            return b"".join(chunks), False
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(chunks), False
+        if not message.get("more_body", False):
+            return b"".join(chunks), True
+
+
+def _replaying(body: bytes, complete: bool, receive: Receive) -> Receive:
+    """A receive that hands Django the body already read, then the rest of the request."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": not complete}
+        return await receive()
+
+    return replay
+
+
+async def _serve(scope: Scope, body: bytes) -> HttpResponse | bytes:
+    """The answer to a round as Django's view would give it (a page's JSON, or a refusal);
+    raises `_Delegate`."""
+    url = public_http_url(scope, PATH)
+    ready = cached_readiness()
+    identity = cached_database_identity()
+    if url is None or ready is None or identity is None:
+        raise _Delegate
+    # Everything pure first: any refusal among these is Django's to give.
+    try:
+        auth = verify_nip98(
+            header(scope, "authorization"), url=url, method="POST", body=body or None,
+            now=int(time.time()), window=WINDOW_SECONDS,
+        )
+        query = parse_query_body(body)
+    except (Nip98Error, InvalidFilter):
+        raise _Delegate from None
+    if not query.incremental or not postgres_claims_known_absent():
+        raise _Delegate
+    try:
+        redis = async_redis_client()
+    except RedisUnavailable:
+        raise _Delegate from None
+    pool = await connection_pool()
+    try:
+        async with pool.connection() as conn:
+            # A delegation from here on returns the connection inside the transaction; the
+            # pool rolls it back.
+            read = await begin_read(conn, public_host(scope))
+            if read is None:
+                raise _Delegate
+            try:
+                rounds = prepare_round(
+                    community_id=read.community_id, reader=auth.pubkey, query=query
+                )
+            except InvalidProgress:
+                raise _Delegate from None
+            try:
+                wait = await check_rate_async(
+                    redis, f"addr:{client_address(scope)}",
+                    rate=settings.RELAY_RATE_LIMIT_ADDRESS_RATE,
+                    burst=settings.RELAY_RATE_LIMIT_ADDRESS_BURST,
+                )
+                if wait is not None:
+                    return rate_limited_response(wait)
+                fresh = await claim_in_redis_async(
+                    redis, auth.event_id, expires_at=auth.created_at + WINDOW_SECONDS
+                )
+            except RedisUnavailable:
+                # Only the address bucket's token may have been taken: the synchronous path
+                # takes it again from its fallback, as it would after any Redis failure.
+                raise _Delegate from None
+            if not fresh:
+                return unauthorized_response(REPLAY_MESSAGE)
+            # From here the event id is claimed: every outcome is answered here.
+            try:
+                wait = await check_rate_async(
+                    redis, f"pk:{auth.pubkey}",
+                    rate=settings.RELAY_RATE_LIMIT_PUBKEY_RATE,
+                    burst=settings.RELAY_RATE_LIMIT_PUBKEY_BURST,
+                )
+            except RedisUnavailable:
+                # The breaker is open now: this takes the process's local bucket, as the
+                # synchronous path does while Redis is down.
+                wait = check_pubkey(auth.pubkey)
+            if wait is not None:
+                return rate_limited_response(wait)
+            page = await read_page_async(read, rounds, ready=ready, identity=identity)
+    except _Delegate:
+        raise
+    except CommunityGone:
+        return json_error(404, "unknown_community", "no community is served at this host")
+    except (pg_errors.QueryCanceled, pg_errors.LockNotAvailable):
+        return json_error(
+            503, "budget_exceeded", "the request ran past its work budget; retry later",
+            headers={"Retry-After": "1"},
+        )
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        logger.warning("database unavailable: %s", exc)
+        return json_error(
+            503, "database_unavailable", "the relay's database is unavailable; retry later",
+            headers={"Retry-After": "2"},
+        )
+    except Exception:
+        logger.exception("unhandled error on POST %s (fast path)", PATH)
+        return json_error(500, "internal_error", "the relay failed to answer; it was logged")
+    flush_due = record_round(
+        reset=page.reset,
+        rows=len(page.events) + len(page.removed),
+        fence_lag_ms=page.fence_lag.total_seconds() * 1000,
+        more=page.more,
+        flush=False,
+    )
+    if flush_due:
+        # The shared cache is synchronous (and may be down for its socket timeout).
+        asyncio.get_running_loop().run_in_executor(None, flush_metrics)
+    return render_page(page)
+
+
+async def _send_response(send: Send, response: HttpResponse | bytes) -> None:
+    """A page (its JSON) or a refusal (Django's response object), with Django's headers."""
+    if isinstance(response, bytes):
+        status, body, own = 200, response, [(b"content-type", b"application/json")]
+    else:
+        status, body = response.status_code, response.content
+        own = [(name.lower().encode(), value.encode()) for name, value in response.items()
+               if name.lower() != "content-length"]
+    headers = [*own, (b"content-length", b"%d" % len(body)), *_DJANGO_HEADERS, *_CORS]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

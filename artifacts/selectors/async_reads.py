@@ -1,0 +1,149 @@
+"""Incremental pages on asyncio connections: the HTTP fast path's driver of `page_steps`.
+
+The same page as `rounds.read_page` (the statements come from `rounds.page_steps`, written once):
+the fence is read before the snapshot, the page runs in one REPEATABLE READ, read-only
+transaction under the read budget, and its statements are prepared on the server. The
+connections come from a pool of their own per process and event loop, opened on first use,
+named like the relay's other connections (readiness item 4 reads the name).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from weakref import WeakKeyDictionary
+
+import psycopg
+from django.conf import settings
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
+from artifacts.selectors.budget import read_settings_sql
+from artifacts.selectors.fence import FENCE_SQL, cached_fence, remember_fence
+from artifacts.selectors.rounds import Page, RoundRequest, page_steps
+
+__all__ = ["OpenRead", "begin_read", "connection_pool", "read_page_async"]
+
+_pools: WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool] = WeakKeyDictionary()
+# When each pooled connection last finished a page: one used that recently is not checked again.
+_last_used: WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = WeakKeyDictionary()
+RECENT_SECONDS = 2.0
+
+_BEGIN = f"BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; {read_settings_sql()}"
+
+
+def _connection_kwargs() -> dict[str, Any]:
+    database: dict[str, Any] = settings.DATABASES["default"]
+    options: dict[str, Any] = database.get("OPTIONS", {})
+    # Django's own keys; the rest (application_name, connect_timeout, sslmode...) are libpq's.
+    django_only = ("pool", "prepare_threshold")
+    kwargs = {key: value for key, value in options.items() if key not in django_only}
+    for setting, key in (("NAME", "dbname"), ("USER", "user"), ("PASSWORD", "password"),
+                         ("HOST", "host"), ("PORT", "port")):
+        if database.get(setting):
+            kwargs[key] = database[setting]
+    kwargs["autocommit"] = True
+    kwargs["prepare_threshold"] = options.get("prepare_threshold")
+    return kwargs
+
+
+async def connection_pool() -> AsyncConnectionPool:
+    """This event loop's pool (at most DATABASE_POOL_SIZE connections), opened on first use."""
+    loop = asyncio.get_running_loop()
+    pool = _pools.get(loop)
+    if pool is None:
+        pool = AsyncConnectionPool(
+            kwargs=_connection_kwargs(),
+            min_size=1,
+            max_size=settings.CONFIG.database_pool_size,
+            timeout=5,
+            max_idle=300,
+            check=_check_unless_recently_used,
+            open=False,
+            name="buzz-fast-reads",
+        )
+        _pools[loop] = pool
+        await pool.open(wait=False)
+    return pool
+
+
+async def _check_unless_recently_used(conn: psycopg.AsyncConnection[Any]) -> None:
+    """The pool's check on checkout (a round trip), skipped for a connection that finished a
+    page in the last RECENT_SECONDS: under load every connection is, and one that broke since
+    fails its page with a 503 and is discarded by the pool, as the check would have found."""
+    if time.monotonic() - _last_used.get(conn, -RECENT_SECONDS) < RECENT_SECONDS:
+        return
+    await AsyncConnectionPool.check_connection(conn)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenRead:
+    """A page's transaction, begun on `cursor`'s connection after its fence was read."""
+
+    cursor: psycopg.AsyncCursor[Any]
+    fence: datetime
+    community_id: int
+
+
+async def begin_read(conn: psycopg.AsyncConnection[Any], host: str) -> OpenRead | None:
+    """Read the fence, then begin the page's transaction and look up the community served at
+    `host` (lowercase, no port) in it, in one round trip (one simple-protocol batch, the host
+    quoted as a literal). None, rolled back, when no community is served there.
+
+    The lookup is read on every request, never cached: a host may be given to another
+    community at any time, and the answer must be the one Django's middleware would give. It
+    takes the page's snapshot, which is the snapshot the page then classifies by.
+    """
+    fence = await _fence(conn)
+    cursor = conn.cursor()
+    await cursor.execute(
+        sql.SQL("{begin}; SELECT id FROM communities WHERE host = {host}").format(
+            begin=sql.SQL(_BEGIN), host=sql.Literal(host.lower())
+        )
+    )
+    while cursor.nextset():  # BEGIN and the settings come first; the lookup's rows are last
+        pass
+    row = await cursor.fetchone()
+    if row is None:
+        await cursor.execute("ROLLBACK")
+        return None
+    return OpenRead(cursor, fence, int(row[0]))
+
+
+async def read_page_async(
+    read: OpenRead, request: RoundRequest, *, ready: bool, identity: str
+) -> Page:
+    """One page of `request`'s round in the transaction `read` began; commits it.
+
+    Raises psycopg's errors: QueryCanceled past the read budget, OperationalError when the
+    database is unavailable. A failed page leaves its transaction open; the pool rolls it back
+    when the connection is returned.
+    """
+    cursor = read.cursor
+    steps = page_steps(request, fence=read.fence, identity=identity, ready=ready)
+    try:
+        statement = next(steps)
+        while True:
+            await cursor.execute(statement[0], statement[1], prepare=True)
+            statement = steps.send(await cursor.fetchall())
+    except StopIteration as done:
+        page: Page = done.value
+    await cursor.execute("COMMIT")
+    _last_used[cursor.connection] = time.monotonic()
+    return page
+
+
+async def _fence(conn: psycopg.AsyncConnection[Any]) -> datetime:
+    """The fence, read outside any transaction (see fence.py), cached like the other readers'."""
+    hit = cached_fence()
+    if hit is not None:
+        return hit
+    read_at = time.monotonic()
+    row = await (await conn.execute(FENCE_SQL)).fetchone()
+    assert row is not None
+    fence: datetime = row[0]
+    remember_fence(fence, read_at=read_at)
+    return fence

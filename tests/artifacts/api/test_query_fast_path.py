@@ -1,0 +1,240 @@
+"""The `POST /query` fast path against Django's view, both served by real relay processes.
+
+Two relays on the pytest database: one with the fast path (the default), one with
+RELAY_QUERY_FAST_PATH=false, so every request there is Django's view. The same requests go to
+both and must get the same answers: status, body (a page's token aside, which is sealed with a
+fresh nonce) and headers. `/metrics` shows which path answered, so a test cannot pass because
+the fast path silently handed everything to Django.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from artifacts.models import Community
+from tests.factories import (
+    Key,
+    create_artifact,
+    delete_artifact,
+    make_channel,
+    make_community,
+    make_key,
+    nip98_header,
+)
+from tests.relay_server import RelayProcess, start_relay
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HOST = "127.0.0.1"
+# Headers whose values differ between any two answers.
+VOLATILE = {"date", "content-length"}
+
+
+@pytest.fixture(scope="module")
+def relays(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, RelayProcess]]:
+    with django_db_blocker.unblock():
+        fast = start_relay()
+        try:
+            django = start_relay({"RELAY_QUERY_FAST_PATH": "false"})
+        except BaseException:
+            fast.stop()
+            raise
+    yield {"fast": fast, "django": django}
+    fast.stop()
+    django.stop()
+
+
+@dataclass
+class World:
+    community: Community
+    owner: Key
+    open_h: str
+    # (d, head event id) of the open channel's artifacts; the private channel's are not listed.
+    artifacts: list[tuple[str, str]]
+
+
+@pytest.fixture
+def world() -> World:
+    community = make_community(HOST)
+    owner = make_key()
+    open_h = make_channel(community, name="open", owner=owner)
+    secret_h = make_channel(community, name="secret", visibility="private", owner=owner,
+                            members=[owner])
+    artifacts = [create_artifact(community, owner, open_h, title=f"open {i}") for i in range(5)]
+    for i in range(3):
+        create_artifact(community, owner, secret_h, title=f"secret {i}")
+    return World(community, owner, open_h, artifacts)
+
+
+def post(relay: RelayProcess, body: bytes, who: Key | None = None, *,
+         authorization: str | None = None, **headers: str) -> httpx.Response:
+    url = f"{relay.url}/query"
+    if authorization is None and who is not None:
+        authorization = nip98_header(who, url, "POST", body)
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    return httpx.post(url, content=body, headers={"Content-Type": "application/json", **headers},
+                      timeout=30)
+
+
+def query(progress: str | None, limit: int = 100, **extra: Any) -> bytes:
+    return orjson.dumps([{"artifact": "current", "progress": progress, "limit": limit, **extra}])
+
+
+def full_round(relay: RelayProcess, who: Key, **extra: Any) -> tuple[list[dict[str, Any]], str]:
+    """Pages until `more` is false: (pages without their tokens, the last token)."""
+    pages, progress = [], None
+    while True:
+        response = post(relay, query(progress, limit=3, **extra), who)
+        assert response.status_code == 200, response.text
+        page = response.json()
+        progress = page.pop("progress")
+        pages.append(page)
+        if not page["more"]:
+            return pages, progress
+
+
+def fast_path_counts(relay: RelayProcess) -> tuple[int, int]:
+    text = httpx.get(f"{relay.url}/metrics", timeout=10).text
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("buzz_query_fast_path_total{"):
+            outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
+            counts[outcome] = int(float(line.rsplit(" ", 1)[1]))
+    return counts.get("answered", 0), counts.get("delegated", 0)
+
+
+def same_headers(a: httpx.Response, b: httpx.Response) -> None:
+    def shown(response: httpx.Response) -> dict[str, str]:
+        return {k: v for k, v in response.headers.items() if k not in VOLATILE}
+
+    assert shown(a) == shown(b)
+
+
+def test_rounds_are_the_same_pages_whichever_path_answers(
+    relays: dict[str, RelayProcess], world: World
+) -> None:
+    reader = make_key()
+    answered_before, _ = fast_path_counts(relays["fast"])
+    rounds = {name: full_round(relay, reader) for name, relay in relays.items()}
+    time.sleep(1.1)  # past the relays' cached fences, so the next rounds see the delete
+    d, head = world.artifacts[0]
+    delete_artifact(world.community, world.owner, d, world.open_h, prev=head)
+    time.sleep(1.1)
+    continued = {}
+    for name, relay in relays.items():
+        response = post(relay, query(rounds[name][1]), reader)
+        assert response.status_code == 200, response.text
+        page = response.json()
+        page.pop("progress")
+        continued[name] = (page, response)
+    # The reader reads the five open artifacts, never the private channel's.
+    assert sum(len(page["events"]) for page in rounds["fast"][0]) == 5
+    assert rounds["fast"][0] == rounds["django"][0]
+    # (A continuation may send again what changed within the overlap; both send the same.)
+    assert continued["fast"][0] == continued["django"][0]
+    assert continued["fast"][0]["removed"] == [{"d": d, "reason": "deleted"}]
+    assert continued["fast"][0]["reset"] is False
+    same_headers(continued["fast"][1], continued["django"][1])
+    answered_after, _ = fast_path_counts(relays["fast"])
+    assert answered_after > answered_before, "the fast path answered none of the rounds"
+    assert fast_path_counts(relays["django"])[0] == 0
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "unknown host",
+        "bad signature",
+        "signed for another URL",
+        "no authorization",
+        "not json",
+        "invalid filter",
+        "plain read",
+        "foreign token",
+        "malformed token",
+        "body over the limit",
+    ],
+)
+def test_refusals_are_djangos_answers(
+    relays: dict[str, RelayProcess], world: World, case: str
+) -> None:
+    reader, other = make_key(), make_key()
+    foreign = full_round(relays["django"], other)[1]
+    answers = []
+    for relay in relays.values():
+        body = query(None)
+        kwargs: dict[str, Any] = {}
+        if case == "unknown host":
+            kwargs["Host"] = "nowhere.example"
+        elif case == "bad signature":
+            header = nip98_header(reader, f"{relay.url}/query", "POST", body)
+            kwargs["authorization"] = header[:-8] + "AAAAAAA="
+        elif case == "signed for another URL":
+            kwargs["authorization"] = nip98_header(reader, "http://elsewhere/query", "POST", body)
+        elif case == "not json":
+            body = b"[{"
+        elif case == "invalid filter":
+            body = query(None, kinds="everything")
+        elif case == "plain read":
+            body = orjson.dumps([{"artifact": "current", "limit": 5}])
+        elif case == "foreign token":
+            body = query(foreign)
+        elif case == "malformed token":
+            body = query("AAAA")
+        elif case == "body over the limit":
+            body = query(None, padding="x" * 70_000)
+        who = None if case == "no authorization" else reader
+        answers.append(post(relay, body, who, **kwargs))
+    fast, django = answers
+    assert fast.status_code == django.status_code != 200 or case == "plain read"
+    if case == "plain read":
+        assert fast.status_code == django.status_code == 200
+    assert fast.json() == django.json()
+    same_headers(fast, django)
+
+
+def test_a_replayed_auth_event_is_refused_by_the_fast_path(
+    relays: dict[str, RelayProcess], world: World
+) -> None:
+    reader = make_key()
+    relay = relays["fast"]
+    full_round(relay, reader)  # the process caches readiness and the database identity
+    body = query(None)
+    header = nip98_header(reader, f"{relay.url}/query", "POST", body)
+    first = post(relay, body, authorization=header)
+    answered, _ = fast_path_counts(relay)
+    again = post(relay, body, authorization=header)
+    assert first.status_code == 200
+    assert again.status_code == 401
+    assert again.json()["error"] == "unauthorized" and "replay" in again.json()["message"]
+    assert again.headers["www-authenticate"] == "Nostr"
+    assert fast_path_counts(relay)[0] == answered + 1
+    # The same event id is refused by the other instance too (the claim is in Redis).
+    elsewhere = post(relays["django"], body, authorization=header)
+    assert elsewhere.status_code == 401
+
+
+def test_the_fast_path_applies_the_rate_limits(
+    world: World,
+) -> None:
+    limited = start_relay({"RELAY_RATE_LIMIT_PUBKEY_RATE": "0.01",
+                           "RELAY_RATE_LIMIT_PUBKEY_BURST": "3"})
+    try:
+        reader = make_key()
+        statuses = [post(limited, query(None), reader) for _ in range(6)]
+        codes = [r.status_code for r in statuses]
+        assert codes[:3] == [200, 200, 200] and set(codes[3:]) == {429}, codes
+        refused = statuses[-1]
+        assert refused.json()["error"] == "rate_limited"
+        assert int(refused.headers["retry-after"]) >= 1
+        assert fast_path_counts(limited)[0] >= 3
+    finally:
+        limited.stop()
