@@ -62,9 +62,17 @@ SCAN_BUDGET = 4000
 PAGE_BYTES = 1 << 20
 _ORIGIN = datetime(1970, 1, 1, tzinfo=UTC)
 # A page's first statement: its snapshot, the epoch, the policy and the view probe.
+# The last two columns ask whether the continuation a finished round's token would start has
+# any candidate at all, in [pending_low, pending_t): in a quiet community it has none, and the
+# page then skips both windows (the same indexes, an index probe each).
 _FIRST_STATEMENT = (
-    f"SELECT now(), {EPOCH_SQL}, co.artifacts_enabled, co.artifact_types,"
-    f" {PROBE_COLUMNS} FROM {PROBE_FROM}"
+    f"SELECT now(), {EPOCH_SQL}, co.artifacts_enabled, co.artifact_types, {PROBE_COLUMNS},"
+    " EXISTS (SELECT 1 FROM artifact_heads h WHERE h.community_id = co.id"
+    "         AND h.modified_at >= %(pending_low)s AND h.modified_at < %(pending_t)s),"
+    " EXISTS (SELECT 1 FROM artifact_revisions r WHERE r.community_id = co.id"
+    "         AND r.source_channel_id IS NOT NULL"
+    "         AND r.modified_at >= %(pending_low)s AND r.modified_at < %(pending_t)s)"
+    f" FROM {PROBE_FROM}"
 )
 
 
@@ -209,20 +217,32 @@ def page_steps(
         overlap = timedelta(seconds=settings.ARTIFACT_SYNC_OVERLAP_SECONDS)
     if token_max_age is None:
         token_max_age = timedelta(seconds=settings.ARTIFACT_SYNC_TOKEN_MAX_AGE)
-    first = yield _FIRST_STATEMENT, {"community": request.community_id, "reader": request.reader}
+    decoded = request.decoded
+    if isinstance(decoded, ProgressToken) and decoded.phase is Phase.DONE:
+        pending = (decoded.round_t - overlap, max(fence, decoded.round_t))
+    else:
+        pending = (_ORIGIN, _ORIGIN)  # an empty range: not asked
+    first = yield _FIRST_STATEMENT, {
+        "community": request.community_id,
+        "reader": request.reader,
+        "pending_low": pending[0],
+        "pending_t": pending[1],
+    }
     if not first:
         raise CommunityGone(request.community_id)
-    now, epoch, enabled, allowed_types, *probe_row = first[0]
+    (now, epoch, enabled, allowed_types, listing, members, latest_member, heads_pending,
+     moves_pending) = first[0]
     state = _PageState(
         now=now,
         epoch=epoch,
         database=database_tag(identity),
-        probe=probe_from_row(*probe_row),
+        probe=probe_from_row(listing, members, latest_member),
         fence=fence,
     )
     reset_reason, token, digest = yield from _resume(
         request, state, ready=ready, overlap=overlap, token_max_age=token_max_age
     )
+    quiet = False
     if token is None:
         # A new full round, T = this page's fence.
         if digest is None:
@@ -240,6 +260,11 @@ def page_steps(
             token, phase=Phase.HEADS, watermark=token.round_t,
             round_t=max(fence, token.round_t), cursor_at=_ORIGIN, cursor_key=b"",
         )
+        # Nothing in the round's range, in this snapshot: both phases would come back empty.
+        quiet = (
+            not heads_pending and not moves_pending
+            and (token.watermark - overlap, token.round_t) == pending
+        )
     walk = _Walk(token.phase, token.cursor_at, _key_text(token), query.limit, budget=scan_budget)
     params: dict[str, Any] = {
         "community": request.community_id,
@@ -252,11 +277,11 @@ def page_steps(
     types = _types_within(allowed_types, query.values("type"))
     if types is not None:
         params["types"] = types
-    if enabled:
+    if enabled and not quiet:
         yield from _walk(walk, params)
     else:
         # Nothing is readable, and under this view (constant since the last reset) nothing
-        # ever was: the round is done.
+        # ever was; or the round's range holds no candidate: the round is done.
         walk.phase = Phase.DONE
 
     next_token = replace(

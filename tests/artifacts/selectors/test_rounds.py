@@ -6,7 +6,11 @@ import uuid
 
 import pytest
 
-from artifacts.selectors.rounds import PAGE_BYTES
+from artifacts.selectors.budget import execute_prepared, read_transaction
+from artifacts.selectors.fence import read_fence
+from artifacts.selectors.filters import parse_filter
+from artifacts.selectors.rounds import PAGE_BYTES, Page, page_steps, prepare_round
+from relayinfo.sync_epoch import database_identity
 from tests.artifacts.selectors.reference import load_world
 from tests.artifacts.selectors.replica import Replica
 from tests.factories import (
@@ -240,3 +244,50 @@ def test_grant_in_a_hidden_channel_of_another_pubkey_names_nothing() -> None:
     pages = replica.round()
     assert named(pages) == set() and not any(p.reset for p in pages)
     assert uuid.UUID(d)
+
+
+def statements_of_next_page(replica: Replica) -> tuple[int, Page]:
+    """How many statements the replica's next page runs, and the page (not applied)."""
+    request = prepare_round(
+        community_id=replica.community.pk,
+        reader=replica.reader,
+        query=parse_filter({**replica.filter, "progress": replica.token, "limit": 100}),
+    )
+    fence = read_fence(max_age=0)
+    with read_transaction(repeatable_read=True) as cursor:
+        steps = page_steps(
+            request, fence=fence, identity=database_identity(cursor),
+            ready=True, overlap=replica.overlap,
+        )
+        count = 0
+        try:
+            statement = next(steps)
+            while True:
+                count += 1
+                statement = steps.send(execute_prepared(cursor, *statement))
+        except StopIteration as done:
+            return count, done.value
+
+
+def test_a_continuation_with_nothing_in_its_range_skips_its_windows() -> None:
+    owner, reader = make_key(), make_key()
+    community = make_community()
+    h = make_channel(community, owner=owner)
+    d, head = create_artifact(community, owner, h)
+    replica = Replica(community, reader.pubkey)
+    replica.round()
+    # Nothing changed since the round's T: the first statement finds no candidate.
+    count, quiet = statements_of_next_page(replica)
+    assert count == 1
+    assert (quiet.events, quiet.removed, quiet.more, quiet.reset) == ([], [], False, False)
+    # A change in the range brings both windows back, and is delivered.
+    head = update_artifact(community, owner, d, h, prev=head, title="changed")
+    count, page = statements_of_next_page(replica)
+    assert count == 3
+    assert len(page.events) == 1 and '"changed"' in page.events[0]
+    # So does a move out of a channel (the moves stream), here into one the reader cannot read.
+    hidden = make_channel(community, owner=owner, visibility="private", members=[owner])
+    replica.round()
+    move_artifact(community, owner, d, hidden, prev=head)
+    count, page = statements_of_next_page(replica)
+    assert count == 3 and page.removed == [(d, "moved")]
