@@ -333,7 +333,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--skip-load", action="store_true")
     parser.add_argument("--throughput-seconds", type=int, default=15)
-    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--connections", type=int, default=8,
+                        help="wrk connections of the throughput run (past saturation they queue)")
     args = parser.parse_args()
 
     overlap = max(1, round(args.minute_seconds * 2))  # 120 s of a 60 s minute
