@@ -103,10 +103,13 @@ def test_a_run_that_finishes_an_interrupted_round_also_brings_what_was_written_s
     """An interrupted round's range ends where its first page put it (T). The run that
     finishes it runs one more round, so a write made in between is in the collection."""
     world.create(world.open_h, 6)
+    settle()  # past the relay's cached fence: the round's T covers the six
     db = tmp_path / "local.sqlite"
     with Syncer(relay_url=relay_server.url, secret_hex=world.bob.secret, db=db,
                 page_limit=2) as first:
-        first.start_round().step()  # the first of three pages: the round stays open
+        opened = first.start_round()
+        opened.step()  # the first of three pages: the round stays open
+        assert not opened.done
     later = world.create(world.member_h)[0]
     settle()
     key_file = tmp_path / "bob.key"
