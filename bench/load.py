@@ -322,6 +322,34 @@ def plot(results: list[PhaseResult]) -> Path:
     return path
 
 
+def plot_throughput(rows: list[tuple[int, Any]]) -> Path:
+    """Rounds per second, p50 and p99 against concurrent connections."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / "throughput.png"
+    connections = [c for c, _ in rows]
+    fig, (rate, latency) = plt.subplots(1, 2, figsize=(10, 4))
+    rate.plot(connections, [r.requests_per_second for _, r in rows], marker="o")
+    rate.axhline(1000, color="#c44e52", linestyle="--", label="target: 1,000/s")
+    rate.set_title("continuation rounds per second")
+    latency.plot(connections, [r.p50_ms for _, r in rows], marker="o", label="p50")
+    latency.plot(connections, [r.p99_ms for _, r in rows], marker="o", label="p99")
+    latency.axhline(50, color="#c44e52", linestyle="--", label="target p99: 50 ms")
+    latency.set_title("latency (ms)")
+    for ax in (rate, latency):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent connections (wrk)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[10_000, 100_000])
@@ -333,8 +361,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--skip-load", action="store_true")
     parser.add_argument("--throughput-seconds", type=int, default=15)
-    parser.add_argument("--connections", type=int, default=8,
-                        help="wrk connections of the throughput run (past saturation they queue)")
+    parser.add_argument("--connections", type=int, nargs="+", default=[8],
+                        help="wrk connections of the throughput runs, one run each; with several "
+                             "a plot of rounds/s and latency against them is written")
     args = parser.parse_args()
 
     overlap = max(1, round(args.minute_seconds * 2))  # 120 s of a 60 s minute
@@ -349,19 +378,24 @@ def main() -> int:
             # no longer be "nothing pending".
             seeded[args.n[0]] = prepare(svc, args.n[0])
             server = serve(svc, workers=args.workers, overlap=120)
+            rows: list[tuple[int, Any]] = []
             try:
-                result, signed, signing = throughput(
-                    server, seconds=args.throughput_seconds, connections=args.connections,
-                    expected_rps=3000,
-                )
+                for connections in args.connections:
+                    result, signed, signing = throughput(
+                        server, seconds=args.throughput_seconds, connections=connections,
+                        expected_rps=3000,
+                    )
+                    rows.append((connections, result))
             finally:
                 server.stop()
             print(f"\nthroughput: continuation rounds with nothing pending, NIP-98 on each "
-                  f"request ({signed} requests pre-signed in {signing:.1f} s), "
-                  f"{args.workers} workers of buzz-admin serve, {args.connections} connections")
-            print_table(["rounds/s", "p50 ms", "p99 ms", "failed"],
-                        [[f"{result.requests_per_second:.0f}", f"{result.p50_ms:.1f}",
-                          f"{result.p99_ms:.1f}", result.non_2xx + result.errors]])
+                  f"request (each run pre-signs {signed} requests, {signing:.1f} s), "
+                  f"{args.workers} workers of buzz-admin serve")
+            print_table(["connections", "rounds/s", "p50 ms", "p99 ms", "failed"],
+                        [[c, f"{r.requests_per_second:.0f}", f"{r.p50_ms:.1f}",
+                          f"{r.p99_ms:.1f}", r.non_2xx + r.errors] for c, r in rows])
+            if len(rows) > 1:
+                print(f"plot: {plot_throughput(rows)}")
         if not args.skip_load:
             for n in args.n:
                 community_id = seeded.get(n) or prepare(svc, n)
