@@ -36,6 +36,10 @@ def json_error(
     return response
 
 
+def unknown_community_response() -> HttpResponse:
+    return json_error(404, "unknown_community", "no community is served at this host")
+
+
 def _from_trusted_proxy(request: HttpRequest) -> bool:
     proxies = settings.RELAY_TRUSTED_PROXIES
     if not proxies:

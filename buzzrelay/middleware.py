@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import psycopg
 from django.conf import settings
 from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
 from django.db import DatabaseError, OperationalError
@@ -19,7 +20,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from psycopg import errors as pg_errors
 
 from artifacts.selectors.communities import community_for_host
-from buzzrelay.http import CORS_HEADERS, json_error, request_host
+from buzzrelay.http import CORS_HEADERS, json_error, request_host, unknown_community_response
 
 logger = logging.getLogger(__name__)
 
@@ -57,33 +58,39 @@ class RelayHttpMiddleware:
             try:
                 community = community_for_host(request_host(request))
             except DatabaseError as exc:
-                return self._database_failure(exc)
+                return database_failure_response(exc)
             if community is None:
-                return json_error(404, "unknown_community", "no community is served at this host")
+                return unknown_community_response()
             request.community = community  # type: ignore[attr-defined]
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
         if isinstance(exc, DatabaseError):
-            return self._database_failure(exc)
+            return database_failure_response(exc)
         if isinstance(exc, Http404 | PermissionDenied | BadRequest | SuspiciousOperation):
             # Django's own answers (the admin's 403 for a read-only model's add page): not errors.
             return None
         logger.exception("unhandled error on %s %s", request.method, request.path)
-        return json_error(500, "internal_error", "the relay failed to answer; it was logged")
+        return internal_error_response()
 
-    @staticmethod
-    def _database_failure(exc: DatabaseError) -> HttpResponse:
-        if is_statement_timeout(exc):
-            return json_error(
-                503, "budget_exceeded", "the request ran past its work budget; retry later",
-                headers={"Retry-After": "1"},
-            )
-        if isinstance(exc, OperationalError):
-            logger.warning("database unavailable: %s", exc)
-            return json_error(
-                503, "database_unavailable", "the relay's database is unavailable; retry later",
-                headers={"Retry-After": "2"},
-            )
-        logger.exception("database error")
-        return json_error(500, "internal_error", "the relay failed to answer; it was logged")
+
+def database_failure_response(exc: BaseException) -> HttpResponse:
+    """The answer to a database error, Django's or psycopg's (the /query fast path's)."""
+    if is_statement_timeout(exc):
+        return json_error(
+            503, "budget_exceeded", "the request ran past its work budget; retry later",
+            headers={"Retry-After": "1"},
+        )
+    if isinstance(exc, OperationalError | psycopg.OperationalError):
+        # psycopg_pool's PoolTimeout is a psycopg OperationalError.
+        logger.warning("database unavailable: %s", exc)
+        return json_error(
+            503, "database_unavailable", "the relay's database is unavailable; retry later",
+            headers={"Retry-After": "2"},
+        )
+    logger.exception("database error")
+    return internal_error_response()
+
+
+def internal_error_response() -> HttpResponse:
+    return json_error(500, "internal_error", "the relay failed to answer; it was logged")

@@ -30,16 +30,16 @@ from typing import Any
 import psycopg
 from django.conf import settings
 from django.http import HttpResponse
-from psycopg import errors as pg_errors
 from psycopg_pool import PoolTimeout
 
-from artifacts.api.query_views import render_page
+from artifacts.api.query_views import record_page, render_page
 from artifacts.selectors.async_reads import begin_read, connection_pool, read_page_async
 from artifacts.selectors.filters import InvalidFilter, parse_query_body
 from artifacts.selectors.rounds import CommunityGone, prepare_round
 from artifacts.tokens import InvalidProgress
 from artifacts.ws.scope import client_address, header, public_host, public_http_url
-from buzzrelay.http import CORS_HEADERS, json_error
+from buzzrelay.http import CORS_HEADERS, unknown_community_response
+from buzzrelay.middleware import database_failure_response, internal_error_response
 from buzzrelay.nip98_auth import (
     REPLAY_MESSAGE,
     WINDOW_SECONDS,
@@ -55,7 +55,7 @@ from buzzrelay.ratelimit import (
     rate_limited_response,
 )
 from nostr.nip98 import Nip98Error, verify_nip98
-from relayinfo.metrics import flush_metrics, record_fast_path, record_round
+from relayinfo.metrics import flush_metrics, record_fast_path
 from relayinfo.readiness import cached_readiness
 from relayinfo.sync_epoch import cached_database_identity
 
@@ -222,29 +222,13 @@ async def _serve(scope: Scope, body: bytes) -> HttpResponse | bytes:
     except _Delegate:
         raise
     except CommunityGone:
-        return json_error(404, "unknown_community", "no community is served at this host")
-    except (pg_errors.QueryCanceled, pg_errors.LockNotAvailable):
-        return json_error(
-            503, "budget_exceeded", "the request ran past its work budget; retry later",
-            headers={"Retry-After": "1"},
-        )
-    except (psycopg.OperationalError, PoolTimeout) as exc:
-        logger.warning("database unavailable: %s", exc)
-        return json_error(
-            503, "database_unavailable", "the relay's database is unavailable; retry later",
-            headers={"Retry-After": "2"},
-        )
+        return unknown_community_response()
+    except (psycopg.Error, PoolTimeout) as exc:
+        return database_failure_response(exc)
     except Exception:
         logger.exception("unhandled error on POST %s (fast path)", PATH)
-        return json_error(500, "internal_error", "the relay failed to answer; it was logged")
-    flush_due = record_round(
-        reset=page.reset,
-        rows=len(page.events) + len(page.removed),
-        fence_lag_ms=page.fence_lag.total_seconds() * 1000,
-        more=page.more,
-        flush=False,
-    )
-    if flush_due:
+        return internal_error_response()
+    if record_page(page, flush=False):
         # The shared cache is synchronous (and may be down for its socket timeout).
         asyncio.get_running_loop().run_in_executor(None, flush_metrics)
     return render_page(page)

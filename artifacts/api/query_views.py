@@ -17,7 +17,7 @@ from artifacts.selectors.filters import InvalidFilter, parse_query_body
 from artifacts.selectors.plain_reads import plain_query
 from artifacts.selectors.rounds import CommunityGone, Page, prepare_round, read_page
 from artifacts.tokens import InvalidProgress
-from buzzrelay.http import json_error
+from buzzrelay.http import json_error, unknown_community_response
 from buzzrelay.nip98_auth import AuthenticationFailed, authenticate_request, unauthorized_response
 from buzzrelay.ratelimit import check_address, check_pubkey, rate_limited_response
 from relayinfo.metrics import record_round
@@ -54,14 +54,20 @@ def post_query(request: HttpRequest) -> HttpResponse:
     try:
         page = read_page(rounds, ready=deployment_ready())
     except CommunityGone:
-        return json_error(404, "unknown_community", "no community is served at this host")
-    record_round(
+        return unknown_community_response()
+    record_page(page)
+    return _json(render_page(page))
+
+
+def record_page(page: Page, *, flush: bool = True) -> bool:
+    """Count a served page in the round metrics (relayinfo.metrics.record_round)."""
+    return record_round(
         reset=page.reset,
         rows=len(page.events) + len(page.removed),
         fence_lag_ms=page.fence_lag.total_seconds() * 1000,
         more=page.more,
+        flush=flush,
     )
-    return _json(render_page(page))
 
 
 def render_page(page: Page) -> bytes:
