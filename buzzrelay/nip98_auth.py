@@ -74,10 +74,9 @@ def unauthorized_response(reason: str) -> HttpResponse:
 def claim_auth_event(event_id: str, *, expires_at: int) -> bool:
     """Claim `event_id` until `expires_at` (Unix seconds, plus the skew margin); False if it
     was already claimed."""
-    expires_at += CLOCK_SKEW_MARGIN
+    expires_at, ttl = _claim_lifetime(expires_at)
     client = redis_client()
     if client is not None:
-        ttl = max(1, expires_at - int(time.time()))
         try:
             fresh = client.set(CLAIM_PREFIX + event_id, b"1", nx=True, ex=ttl)
         except (RedisError, OSError):
@@ -96,6 +95,12 @@ _postgres_checked_at = -1.0e9
 _last_prune = -1.0e9
 
 
+def _claim_lifetime(expires_at: int) -> tuple[int, int]:
+    """(the claim's expiry with the skew margin, seconds from now until then, at least 1)."""
+    expires_at += CLOCK_SKEW_MARGIN
+    return expires_at, max(1, expires_at - int(time.time()))
+
+
 def postgres_claims_known_absent() -> bool:
     """PostgreSQL was checked within the last second and holds no live claim: a Redis claim
     alone is then the whole claim (what `claim_auth_event` would do)."""
@@ -105,8 +110,7 @@ def postgres_claims_known_absent() -> bool:
 async def claim_in_redis_async(client: Any, event_id: str, *, expires_at: int) -> bool:
     """`claim_auth_event` through an asyncio Redis client, for when PostgreSQL is known to hold
     no live claim; raises `RedisUnavailable` (nothing was claimed) instead of falling back."""
-    expires_at += CLOCK_SKEW_MARGIN
-    ttl = max(1, expires_at - int(time.time()))
+    _expires_at, ttl = _claim_lifetime(expires_at)
     try:
         fresh = await client.set(CLAIM_PREFIX + event_id, b"1", nx=True, ex=ttl)
     except (RedisError, OSError) as exc:

@@ -72,8 +72,7 @@ def redis_client() -> Any | None:
     """The raw Redis client behind the default cache, or None (no Redis, or it just failed)."""
     if time.monotonic() < _redis_down_until:
         return None
-    cache = caches["default"]
-    if type(cache).__module__.split(".")[0] != "django_redis":
+    if not _cache_is_redis():
         return None
     from django_redis import get_redis_connection
 
@@ -96,13 +95,17 @@ def async_redis_client() -> Any:
     client = _async_clients.get(loop)
     if client is None:
         url = settings.CONFIG.redis_url
-        if not url or type(caches["default"]).__module__.split(".")[0] != "django_redis":
+        if not url or not _cache_is_redis():
             raise RedisUnavailable
         client = redis.asyncio.Redis.from_url(
             url, socket_connect_timeout=0.5, socket_timeout=0.5
         )
         _async_clients[loop] = client
     return client
+
+
+def _cache_is_redis() -> bool:
+    return type(caches["default"]).__module__.split(".")[0] == "django_redis"
 
 
 def mark_redis_down() -> None:
