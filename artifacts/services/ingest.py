@@ -36,7 +36,14 @@ from artifacts.services.redactions import event_redact_event
 from artifacts.services.tags import channel_tag
 from artifacts.services.transactions import WriteContext, store_event, write_transaction
 from buzzrelay.middleware import is_statement_timeout
-from nostr.events import DEFAULT_LIMITS, EventLimits, InvalidEvent, is_lower_hex, parse_event
+from nostr.events import (
+    DEFAULT_LIMITS,
+    EventLimits,
+    InvalidEvent,
+    check_signature,
+    is_lower_hex,
+    parse_event_unverified,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +96,9 @@ def ingest_event(
     """
     now = int(time.time()) if now is None else now
     try:
-        event = parse_event(raw, now=now, limits=_limits())
+        event, digest = parse_event_unverified(raw, now=now, limits=_limits())
+        check_storable(event)
+        check_signature(event, digest)
     except InvalidEvent as exc:
         return IngestResult(_claimed_id(raw), False, f"invalid: {exc}")
     event_id = event["id"]
@@ -117,6 +126,25 @@ def ingest_event(
     except DatabaseError as exc:
         return _database_failure(event_id, exc)
     return IngestResult(event_id, True, "")
+
+
+NUL_REFUSAL = (
+    "content and tags cannot contain U+0000 (NUL): this relay stores events in PostgreSQL,"
+    " whose text and jsonb cannot hold it"
+)
+
+
+def check_storable(event: dict[str, Any]) -> None:
+    """Refuse what NIP-01 allows but PostgreSQL cannot hold, before anything is stored.
+
+    The stored event is read back as `raw::jsonb` by plain reads, history and replay (tag
+    predicates), and PostgreSQL refuses the escape `\\u0000` there: one such event, once
+    accepted, would fail those reads for every reader of the community. Every other character
+    JSON can carry (controls, U+2028/2029, non-BMP) round-trips through text and jsonb. Checked
+    on the parsed strings, not the bytes, so an escaped backslash before `u0000` is not a NUL.
+    """
+    if "\x00" in event["content"] or any("\x00" in value for tag in event["tags"] for value in tag):
+        raise InvalidEvent(NUL_REFUSAL)
 
 
 def _limits() -> EventLimits:

@@ -76,6 +76,8 @@ INVALID_CASES = [
     "missing d tag",
     "malformed tag",
     "duplicate key",
+    "NUL in content",
+    "NUL in a tag value",
 ]
 
 
@@ -111,6 +113,11 @@ def test_each_invalid_class_answers_invalid_and_stores_nothing(
         raw = _raw_with(event, "tags", '[["ar","1"],["d"],"h"]')
     elif case == "duplicate key":
         raw = orjson.dumps(event)[:-1] + b',"kind":45010}'
+    elif case == "NUL in content":
+        raw = orjson.dumps(signed_event(alice, 45010, event["tags"], "a\u0000b"))
+    elif case == "NUL in a tag value":
+        tags = [*event["tags"], ["note", "x\u0000"]]
+        raw = orjson.dumps(signed_event(alice, 45010, tags, "{}"))
     before = _counts()
     result = _ingest(community, raw, as_=alice.pubkey)
     assert result.accepted is False
@@ -358,3 +365,17 @@ def test_access_changed_names_the_channels_whose_readability_changed(alice: Key)
     finally:
         access_changed.disconnect(receiver)
     assert heard == [[h], [h], None]
+
+
+def test_nul_is_refused_naming_why_and_an_escaped_backslash_is_not_a_nul(
+    community: Community, alice: Key
+) -> None:
+    h = make_channel(community)
+    tags = artifact_tags(op="create", d=str(uuid.uuid4()), h=h)
+    refused = _ingest(community, signed_event(alice, 45010, tags, "a\u0000b"), as_=alice.pubkey)
+    assert refused.accepted is False
+    assert refused.message.startswith("invalid: ") and "U+0000" in refused.message
+    # The JSON text `\\u0000` is a backslash followed by "u0000": storable, accepted.
+    literal = signed_event(alice, 45010, tags, "a\\u0000b")
+    assert b"\\\\u0000" in orjson.dumps(literal)
+    assert _ingest(community, literal, as_=alice.pubkey).accepted is True
