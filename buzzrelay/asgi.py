@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "buzzrelay.settings")
 
@@ -27,14 +28,19 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 
 from artifacts.api.query_fast_path import QueryFastPath  # noqa: E402
 from artifacts.ws.routing import websocket_application  # noqa: E402
+from buzzrelay.body_limit import RequestBodyLimit  # noqa: E402
 from relayinfo.fleet import fleet_lifecycle  # noqa: E402
+
+
+def relay_http(django_app: Any = django_application) -> Any:
+    """The relay's HTTP stack around a Django application: every body read within its limit
+    first; then incremental rounds on POST /query answered on the event loop when they can be
+    answered exactly as Django's view would; everything else is Django's."""
+    return RequestBodyLimit(QueryFastPath(django_app))
+
 
 # fleet_lifecycle registers this process in the fleet registry (readiness item 4) when the
 # server starts it and deregisters it on shutdown.
 application = fleet_lifecycle(
-    ProtocolTypeRouter(
-        # Incremental rounds on POST /query are answered on the event loop when they can be
-        # answered exactly as Django's view would; everything else is Django's.
-        {"http": QueryFastPath(django_application), "websocket": websocket_application}
-    )
+    ProtocolTypeRouter({"http": relay_http(), "websocket": websocket_application})
 )

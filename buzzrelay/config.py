@@ -55,6 +55,8 @@ class Config:
     # `POST /query` rounds served on the event loop (artifacts.api.query_fast_path).
     query_fast_path: bool
     token_max_age_seconds: int
+    # Seconds a client has to send its whole request body (a slow body is answered 408).
+    body_timeout_seconds: int = 10
     rate_limits: RateLimits = field(default_factory=lambda: RateLimits())
 
 
@@ -258,6 +260,7 @@ def read_config() -> Config:
         database_prepared_statements=_bool("DATABASE_PREPARED_STATEMENTS", True),
         query_fast_path=_bool("RELAY_QUERY_FAST_PATH", True),
         token_max_age_seconds=_int("ARTIFACT_SYNC_TOKEN_MAX_AGE", 30 * 86400, minimum=60),
+        body_timeout_seconds=_int("RELAY_BODY_TIMEOUT_SECONDS", 10, minimum=1),
         rate_limits=_rate_limits(),
     )
 

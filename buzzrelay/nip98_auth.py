@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 from buzzrelay.http import absolute_url, json_error
 from buzzrelay.ratelimit import RedisUnavailable, mark_redis_down, redis_client
 from nostr.nip98 import Nip98Error, verify_nip98
+from relayinfo.metrics import record_nip98_check
 
 __all__ = [
     "REPLAY_MESSAGE",
@@ -51,6 +52,7 @@ def authenticate_request(request: HttpRequest) -> str:
     """The pubkey that signed the request's `Authorization: Nostr ...`; raises
     `AuthenticationFailed` with the reason for the 401 body."""
     now = int(time.time())
+    record_nip98_check()
     try:
         auth = verify_nip98(
             request.headers.get("Authorization"),

@@ -130,7 +130,7 @@ def _application() -> Any:
     from buzzrelay import asgi
 
     return ProtocolTypeRouter({
-        "http": ASGIStaticFilesHandler(asgi.django_application),
+        "http": asgi.relay_http(ASGIStaticFilesHandler(asgi.django_application)),
         "websocket": asgi.websocket_application,
     })
 

@@ -26,6 +26,7 @@ from redis.exceptions import NoScriptError, RedisError
 from buzzrelay.http import client_address, json_error
 
 __all__ = [
+    "ADDRESS_TOKEN_TAKEN",
     "RedisUnavailable",
     "async_redis_client",
     "check_address",
@@ -38,6 +39,9 @@ __all__ = [
 ]
 
 KEY_PREFIX = "buzz:rl:"
+# ASGI scope key set by the /query fast path once it took this request's address token, before
+# it verified anything; when it then hands the request to Django, the view must not take another.
+ADDRESS_TOKEN_TAKEN = "buzz.address_token_taken"
 # After a Redis failure, go straight to the fallbacks for this long before trying again.
 REDIS_RETRY_SECONDS = 5.0
 LOCAL_MAX_BUCKETS = 100_000
@@ -212,6 +216,8 @@ def _take_in_redis(client: Any, key: str, rate: float, burst: int) -> bytes:
 
 def check_address(request: HttpRequest) -> float | None:
     """The per-client-address limit; run it before any signature is verified."""
+    if getattr(request, "scope", {}).get(ADDRESS_TOKEN_TAKEN):
+        return None
     return check_rate(
         f"addr:{client_address(request)}",
         rate=settings.RELAY_RATE_LIMIT_ADDRESS_RATE,

@@ -150,7 +150,9 @@ RELAY_PUBLIC_URL = CONFIG.public_url
 RELAY_TRUSTED_PROXIES = CONFIG.trusted_proxies
 ARTIFACT_SYNC_OVERLAP_SECONDS = CONFIG.overlap_seconds
 ARTIFACT_SYNC_TOKEN_MAX_AGE = CONFIG.token_max_age_seconds
+# Enforced while the body is read, before any application code sees it (buzzrelay.body_limit).
 RELAY_MAX_BODY_BYTES = 64 * 1024
+RELAY_BODY_TIMEOUT_SECONDS = CONFIG.body_timeout_seconds
 # Incremental rounds on `POST /query` served on the event loop when the request needs nothing
 # only Django's path has (artifacts.api.query_fast_path); off, every request goes through Django.
 RELAY_QUERY_FAST_PATH = CONFIG.query_fast_path
@@ -165,6 +167,7 @@ RELAY_DESCRIPTION = "Team workspace artifacts: tasks, notes and documents."
 RELAY_SOFTWARE_URL = "https://github.com/block/buzz"
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = RELAY_MAX_BODY_BYTES
+CSRF_FAILURE_VIEW = "buzzrelay.error_views.csrf_failure"
 
 # NIP-11 `limitation` (PROTOCOL.md section 6). Each value is read both by relayinfo/nip11.py and
 # by the code that enforces it, so what the relay announces is what it enforces.
@@ -210,7 +213,22 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"without_traceback": {"()": "buzzrelay.logfilters.WithoutTraceback"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "console_one_line": {
+            "class": "logging.StreamHandler", "formatter": "plain",
+            "filters": ["without_traceback"],
+        },
+    },
     "root": {"handlers": ["console"], "level": "WARNING"},
-    "loggers": {"buzzrelay": {"level": "INFO"}, "artifacts": {"level": "INFO"}},
+    "loggers": {
+        "buzzrelay": {"level": "INFO"},
+        "artifacts": {"level": "INFO"},
+        # SuspiciousOperation (a malformed Host, a refused body) is the client's mistake: one
+        # line each, answered as JSON 400 by buzzrelay.error_views.
+        "django.security": {
+            "handlers": ["console_one_line"], "level": "WARNING", "propagate": False,
+        },
+    },
 }

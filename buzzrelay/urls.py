@@ -11,3 +11,9 @@ urlpatterns = [
     path("", include("relayinfo.urls")),
     path("", include("artifacts.urls")),
 ]
+
+# Django's own error pages are the relay's JSON answers too (buzzrelay.error_views).
+handler400 = "buzzrelay.error_views.bad_request"
+handler403 = "buzzrelay.error_views.permission_denied"
+handler404 = "buzzrelay.error_views.not_found"
+handler500 = "buzzrelay.error_views.server_error"

@@ -58,6 +58,9 @@ class _Totals:
     # POST /query requests the fast path answered itself, and those it handed to Django.
     fast_path_answered: int = 0
     fast_path_delegated: int = 0
+    # NIP-98 headers checked (each may cost a BIP-340 verification): requests refused by the
+    # address limit never get here (PROTOCOL.md section 3).
+    nip98_checks: int = 0
 
 
 _lock = threading.Lock()
@@ -120,6 +123,12 @@ def record_fast_path(*, answered: bool) -> None:
             _totals.fast_path_answered += 1
         else:
             _totals.fast_path_delegated += 1
+
+
+def record_nip98_check() -> None:
+    """Count one NIP-98 header about to be checked (signature included)."""
+    with _lock:
+        _totals.nip98_checks += 1
 
 
 def flush_metrics() -> None:
@@ -278,6 +287,7 @@ class ProcessTotals:
     fence_buckets: tuple[tuple[float, int], ...]  # (upper bound ms, cumulative count)
     fast_path_answered: int = 0
     fast_path_delegated: int = 0
+    nip98_checks: int = 0
 
 
 def process_totals() -> ProcessTotals:
@@ -287,6 +297,7 @@ def process_totals() -> ProcessTotals:
         return ProcessTotals(
             _totals.pages, _totals.resets, _totals.rounds, _totals.rows, _totals.fence_sum_ms,
             buckets, _totals.fast_path_answered, _totals.fast_path_delegated,
+            _totals.nip98_checks,
         )
 
 
@@ -351,6 +362,9 @@ def prometheus_exposition() -> str:
           "POST /query requests answered on the event loop or handed to Django (this process)")
     _line(out, "buzz_query_fast_path_total", totals.fast_path_answered, 'outcome="answered"')
     _line(out, "buzz_query_fast_path_total", totals.fast_path_delegated, 'outcome="delegated"')
+    _help(out, "buzz_nip98_checks_total", "counter",
+          "NIP-98 headers checked, signature included (this process)")
+    _line(out, "buzz_nip98_checks_total", totals.nip98_checks)
     _help(out, "buzz_fence_lag_milliseconds", "histogram", "round T behind now() (this process)")
     for bound, count in totals.fence_buckets:
         _line(out, "buzz_fence_lag_milliseconds_bucket", count, f'le="{bound:g}"')

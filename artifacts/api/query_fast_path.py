@@ -9,14 +9,17 @@ asyncio clients of PostgreSQL and Redis, by the same code that decides it in Dja
 request, `rounds.page_steps` is the page, `render_page` the answer.
 
 The fast path answers only what it can answer exactly as the view would (PROTOCOL.md section 3
-order: community 404, address limit 429, NIP-98 401, shape 400, pubkey limit 429, budget 503).
-Every request that is not a well-formed incremental round of a known community, or that needs
-something only the synchronous path has (Redis down and the local fallbacks, replay claims held
-in PostgreSQL, a readiness verdict or database identity not yet cached in this process, a body
-that is not plainly sized), is handed to Django untouched, before anything with an effect (a
-rate-limit token, a replay claim) was taken. So a refusal is always Django's own answer, and
-the fast path's answers are the 429s of the limits, the replay 401, the budget and database
-503s, and the pages.
+order: body 413 (buzzrelay.body_limit, in front), community 404, address limit 429, NIP-98 401,
+shape 400, pubkey limit 429, budget 503). The address limit comes first, before any signature
+is verified; a request it refuses is handed to Django, which gives the 404 or the same 429
+(a refusal takes no token). Every other request that is not a well-formed incremental round of
+a known community, or that needs something only the synchronous path has (Redis down and the
+local fallbacks, replay claims held in PostgreSQL, a readiness verdict or database identity not
+yet cached in this process), is handed to Django before anything else with an effect (a replay
+claim) was taken; the address token already taken is marked in the scope
+(`ADDRESS_TOKEN_TAKEN`), so the view does not take a second. So a refusal is always Django's
+own answer, and the fast path's answers are the pubkey 429, the replay 401, the budget and
+database 503s, and the pages.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from buzzrelay.nip98_auth import (
     unauthorized_response,
 )
 from buzzrelay.ratelimit import (
+    ADDRESS_TOKEN_TAKEN,
     RedisUnavailable,
     async_redis_client,
     check_pubkey,
@@ -55,7 +59,7 @@ from buzzrelay.ratelimit import (
     rate_limited_response,
 )
 from nostr.nip98 import Nip98Error, verify_nip98
-from relayinfo.metrics import flush_metrics, record_fast_path
+from relayinfo.metrics import flush_metrics, record_fast_path, record_nip98_check
 from relayinfo.readiness import cached_readiness
 from relayinfo.sync_epoch import cached_database_identity
 
@@ -95,7 +99,7 @@ class QueryFastPath:
         if not _candidate(scope):
             await self.app(scope, receive, send)
             return
-        body, complete = await _read_body(receive, limit=settings.RELAY_MAX_BODY_BYTES)
+        body, complete = await _read_body(receive)
         if complete:
             try:
                 response = await _serve(scope, body)
@@ -112,27 +116,19 @@ class QueryFastPath:
 def _candidate(scope: Scope) -> bool:
     if scope["type"] != "http" or not settings.RELAY_QUERY_FAST_PATH:
         return False
-    if scope["method"] != "POST" or scope["path"] != PATH or scope.get("query_string"):
-        return False
-    length = header(scope, "content-length")
-    # Django answers a missing, malformed or oversized length (400, 413) and chunked bodies.
-    return length is not None and length.isdigit() and int(length) <= settings.RELAY_MAX_BODY_BYTES
+    # The body arrives whole and within its limit: buzzrelay.body_limit read it first.
+    return scope["method"] == "POST" and scope["path"] == PATH and not scope.get("query_string")
 
 
-async def _read_body(receive: Receive, *, limit: int) -> tuple[bytes, bool]:
-    """(the body read, whether it is the whole body within `limit`)."""
+async def _read_body(receive: Receive) -> tuple[bytes, bool]:
+    """(the body read, whether it is the whole body: false after a disconnect)."""
     chunks: list[bytes] = []
-    size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
             # A disconnect: Django's handler sees it too when it reads.
             return b"".join(chunks), False
-        chunk = message.get("body", b"")
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            return b"".join(chunks), False
+        chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return b"".join(chunks), True
 
@@ -159,8 +155,28 @@ async def _serve(scope: Scope, body: bytes) -> HttpResponse | bytes:
     identity = cached_database_identity()
     if url is None or ready is None or identity is None:
         raise _Delegate
-    # Everything pure first: any refusal among these is Django's to give.
     try:
+        redis = async_redis_client()
+    except RedisUnavailable:
+        raise _Delegate from None
+    # PROTOCOL.md section 3: the address limit applies before any signature is verified.
+    try:
+        wait = await check_rate_async(
+            redis, f"addr:{client_address(scope)}",
+            rate=settings.RELAY_RATE_LIMIT_ADDRESS_RATE,
+            burst=settings.RELAY_RATE_LIMIT_ADDRESS_BURST,
+        )
+    except RedisUnavailable:
+        raise _Delegate from None  # nothing was taken; the synchronous path has the fallback
+    if wait is not None:
+        # A refusal leaves the bucket as it was, so Django answers it (its community 404 comes
+        # first) by refusing again, without taking a token or verifying anything.
+        raise _Delegate
+    # The token is taken: if Django answers from here on, its view must not take another.
+    scope[ADDRESS_TOKEN_TAKEN] = True
+    # Everything pure next: any refusal among these is Django's to give.
+    try:
+        record_nip98_check()
         auth = verify_nip98(
             header(scope, "authorization"), url=url, method="POST", body=body or None,
             now=int(time.time()), window=WINDOW_SECONDS,
@@ -170,10 +186,6 @@ async def _serve(scope: Scope, body: bytes) -> HttpResponse | bytes:
         raise _Delegate from None
     if not query.incremental or not postgres_claims_known_absent():
         raise _Delegate
-    try:
-        redis = async_redis_client()
-    except RedisUnavailable:
-        raise _Delegate from None
     pool = await connection_pool()
     try:
         async with pool.connection() as conn:
@@ -189,19 +201,11 @@ async def _serve(scope: Scope, body: bytes) -> HttpResponse | bytes:
             except InvalidProgress:
                 raise _Delegate from None
             try:
-                wait = await check_rate_async(
-                    redis, f"addr:{client_address(scope)}",
-                    rate=settings.RELAY_RATE_LIMIT_ADDRESS_RATE,
-                    burst=settings.RELAY_RATE_LIMIT_ADDRESS_BURST,
-                )
-                if wait is not None:
-                    return rate_limited_response(wait)
                 fresh = await claim_in_redis_async(
                     redis, auth.event_id, expires_at=auth.created_at + WINDOW_SECONDS
                 )
             except RedisUnavailable:
-                # Only the address bucket's token may have been taken: the synchronous path
-                # takes it again from its fallback, as it would after any Redis failure.
+                # Nothing was claimed: the synchronous path claims in PostgreSQL.
                 raise _Delegate from None
             if not fresh:
                 return unauthorized_response(REPLAY_MESSAGE)
