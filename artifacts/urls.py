@@ -1,8 +1,8 @@
 from django.urls import path
 
-from artifacts.api import event_views, query_views
+from artifacts.api.views import EventView, QueryView
 
 urlpatterns = [
-    path("event", event_views.post_event, name="post-event"),
-    path("query", query_views.post_query, name="post-query"),
+    path("event", EventView.as_view(), name="post-event"),
+    path("query", QueryView.as_view(), name="post-query"),
 ]

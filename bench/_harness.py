@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -91,11 +92,32 @@ def free_port() -> int:
     return _free_port()
 
 
+# `buzz-admin serve` from a source tree of our choosing (A/B runs: a git worktree of the
+# baseline, and the candidate's tree). The venv's `buzz-admin` script would run whatever tree
+# PYTHONPATH names too, but `python -c` puts the working directory (the tree) first on sys.path
+# as well, and this launcher writes down which `buzzrelay` and `artifacts` it imported (to
+# $BUZZ_BENCH_MARKER) so the benchmark can show each server's code is the tree's, not the
+# editable install's. uvicorn's worker processes are spawned with this process's sys.path.
+SERVE_FROM_TREE = """\
+import os, sys
+import artifacts, buzzrelay, buzzrelay.cli
+with open(os.environ["BUZZ_BENCH_MARKER"], "w") as marker:
+    marker.write(f"buzzrelay {buzzrelay.VERSION} from {os.path.dirname(buzzrelay.__file__)}, "
+                 f"artifacts from {os.path.dirname(artifacts.__file__)}")
+sys.argv[0] = "buzz-admin"
+sys.exit(buzzrelay.cli.main())
+"""
+
 SERVER_COMMANDS = {
     # The relay as deployed: `buzz-admin serve` (uvicorn with the relay's own options).
     "serve": lambda port, workers: [
         str(VENV_BIN / "buzz-admin"), "serve", "--host", "127.0.0.1", "--port", str(port),
         "--workers", str(workers),
+    ],
+    # The same command, run from the tree start_server_in names (see SERVE_FROM_TREE).
+    "serve-tree": lambda port, workers: [
+        str(VENV_BIN / "python"), "-c", SERVE_FROM_TREE, "serve", "--host", "127.0.0.1",
+        "--port", str(port), "--workers", str(workers),
     ],
     "uvicorn": lambda port, workers: [
         str(VENV_BIN / "uvicorn"), "buzzrelay.asgi:application", "--host", "127.0.0.1",
@@ -119,6 +141,8 @@ SERVER_COMMANDS = {
 class Server:
     process: subprocess.Popen[bytes]
     port: int
+    # "serve-tree" servers: the modules the server imported, as its launcher wrote them down.
+    code: str = ""
 
     @property
     def url(self) -> str:
@@ -134,25 +158,94 @@ class Server:
 
 
 def start_server(kind: str, svc: Services, *, workers: int = 1, **env: str) -> Server:
+    """Start a relay server from this tree on a free port and wait for `/healthz`."""
+    return start_server_in(ROOT, kind, svc, workers=workers, env=env)
+
+
+def start_server_in(
+    root: Path, kind: str, svc: Services, *, workers: int = 1,
+    env: dict[str, str] | None = None,
+) -> Server:
+    """start_server from the source tree `root` (working directory and PYTHONPATH); only
+    "serve-tree" also records which code the server imported (`Server.code`)."""
     import httpx
 
     port = free_port()
+    extra = {**(env or {}), "PYTHONPATH": str(root)}
+    marker = None
+    if kind == "serve-tree":
+        fd, name = tempfile.mkstemp(prefix="buzz-bench-marker-")
+        os.close(fd)
+        marker = Path(name)
+        extra["BUZZ_BENCH_MARKER"] = name
     process = subprocess.Popen(
-        SERVER_COMMANDS[kind](port, workers), env=relay_env(svc, **env), cwd=ROOT,
+        SERVER_COMMANDS[kind](port, workers), env=relay_env(svc, **extra), cwd=root,
         start_new_session=True, stdout=subprocess.DEVNULL,
     )
     server = Server(process, port)
     deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            server.stop()
-            raise RuntimeError(f"{kind} did not start")
-        time.sleep(0.2)
+    try:
+        while True:
+            try:
+                if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
+                    if marker is not None:
+                        server.code = marker.read_text()
+                    return server
+            except httpx.HTTPError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                server.stop()
+                raise RuntimeError(f"{kind} did not start (from {root})")
+            time.sleep(0.2)
+    finally:
+        if marker is not None:
+            marker.unlink(missing_ok=True)
+
+
+@contextmanager
+def git_worktree(ref: str) -> Iterator[tuple[Path, str]]:
+    """A detached `git worktree` of `ref` in a temporary directory, removed on exit.
+
+    Yields the tree and the commit. Only the temporary worktree is added and removed: the
+    repository's own work tree, index and branches are left alone.
+    """
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        capture_output=True, text=True,
+    ).stdout.strip()
+    if not commit:
+        raise SystemExit(f"--baseline {ref}: not a commit of {ROOT}")
+    parent = Path(tempfile.mkdtemp(prefix="buzz-baseline-")).resolve()
+    tree = parent / "tree"
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(tree), commit],
+        check=True,
+    )
+    try:
+        yield tree, commit
+    finally:
+        removed = subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+            capture_output=True, text=True,
+        )
+        shutil.rmtree(parent, ignore_errors=True)
+        if removed.returncode != 0:
+            print(f"warning: git worktree remove {tree} failed ({removed.stderr.strip()}); "
+                  f"`git worktree prune` clears its record", file=sys.stderr)
+
+
+def describe_tree(root: Path) -> str:
+    """The commit a tree is at, and how many tracked files differ from it (read-only git)."""
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "--no-optional-locks", "-C", str(root), *args],
+            capture_output=True, text=True,
+        ).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "?"
+    changed = [line for line in git("status", "--porcelain", "--untracked-files=no").splitlines()
+               if line.strip()]
+    return f"{head} + {len(changed)} uncommitted file(s)" if changed else head
 
 
 @dataclass
@@ -162,6 +255,8 @@ class WrkResult:
     p99_ms: float
     non_2xx: int
     errors: int
+    requests: int = 0
+    output: str = ""  # wrk's whole report (what a Lua script's done() printed included)
 
 
 def _ms(value: str) -> float:
@@ -185,6 +280,7 @@ def run_wrk(
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
     p50 = _ms(re.search(r"\s50%\s+(\S+)", output).group(1))  # type: ignore[union-attr]
     p99 = _ms(re.search(r"\s99%\s+(\S+)", output).group(1))  # type: ignore[union-attr]
+    requests = re.search(r"(\d+) requests in", output)
     non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
     errors = re.search(
         r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output
@@ -193,4 +289,5 @@ def run_wrk(
         requests_per_second=rps, p50_ms=p50, p99_ms=p99,
         non_2xx=int(non_2xx.group(1)) if non_2xx else 0,
         errors=sum(int(g) for g in errors.groups()) if errors else 0,
+        requests=int(requests.group(1)) if requests else 0, output=output,
     )

@@ -19,18 +19,37 @@ with its own event id, pre-signed so the load generator stays cheap), driven by 
     bin/bootstrap bench && .venv/bin/python bench/load.py                # N = 10k, 100k
     .venv/bin/python bench/load.py --n 1000000 --clients 4 --minutes 2
     .venv/bin/python bench/load.py --skip-load --throughput-seconds 20    # throughput only
+
+**How to A/B** against an earlier commit, in one run: `--baseline REF` (`main~3`, a hash)
+adds a detached `git worktree` of REF in a temporary directory (removed at exit) and serves it
+from there (this venv's interpreter, the worktree as working directory and PYTHONPATH; each
+server prints the `buzzrelay` it imported) beside the candidate: this tree, uncommitted changes
+included. Same PostgreSQL, Redis, seeded community (migrated by the candidate) and settings;
+wrk alternates baseline, candidate, baseline, ... for `--rounds` runs of `--throughput-seconds`
+each, so noise hits both alike, over continuation rounds (`POST /query`, at each of
+`--connections`), NIP-11 (`GET /info`) and pre-signed artifact creates (`POST /event`;
+failed = not 200 `["OK", id, true, ...]`), the last two at the first of `--connections`. It
+prints each side's runs, then the medians and candidate/baseline ratios of the medians: quote
+those. `--skip-load` leaves only the A/B.
+
+    .venv/bin/python bench/load.py --skip-load --baseline main~1 --rounds 3
+    .venv/bin/python bench/load.py --skip-load --baseline HEAD --throughput-seconds 5 --rounds 2
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import random
+import re
+import signal
 import statistics
 import sys
 import tempfile
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,13 +66,19 @@ from bench._harness import (  # noqa: E402
     OUT,
     Server,
     Services,
+    WrkResult,
+    describe_tree,
+    git_worktree,
     print_table,
     relay_env,
     run_wrk,
     services,
     start_server,
+    start_server_in,
 )
+from bench.ingest import WRITER_SECRET, artifact_tags  # noqa: E402
 from bench.reads import change, seed  # noqa: E402
+from nostr.events import sign_event  # noqa: E402
 from nostr.nip98 import make_nip98_header  # noqa: E402
 from nostr.schnorr import pubkey_from_secret  # noqa: E402
 
@@ -248,12 +273,20 @@ def migrate_and_community(svc: Services) -> None:
                    stdout=subprocess.DEVNULL)
 
 
-def serve(svc: Services, *, workers: int, overlap: int) -> Server:
-    return start_server(
-        "serve", svc, workers=workers,
-        ARTIFACT_SYNC_OVERLAP_SECONDS=str(overlap),
-        RELAY_RATE_LIMIT_ADDRESS_RATE="0", RELAY_RATE_LIMIT_PUBKEY_RATE="0",
-    )
+def serve_settings(overlap: int) -> dict[str, str]:
+    """The relay's settings for every benchmark server: the overlap, rate limits off."""
+    return {
+        "ARTIFACT_SYNC_OVERLAP_SECONDS": str(overlap),
+        "RELAY_RATE_LIMIT_ADDRESS_RATE": "0", "RELAY_RATE_LIMIT_PUBKEY_RATE": "0",
+    }
+
+
+def serve(svc: Services, *, workers: int, overlap: int, root: Path | None = None) -> Server:
+    """`buzz-admin serve`; from the source tree `root` when given (A/B runs)."""
+    if root is None:
+        return start_server("serve", svc, workers=workers, **serve_settings(overlap))
+    return start_server_in(root, "serve-tree", svc, workers=workers,
+                           env=serve_settings(overlap))
 
 
 WRK_SCRIPT = """
@@ -291,6 +324,277 @@ def throughput(server: Server, *, seconds: int, connections: int, expected_rps: 
         os.environ.update(BUZZ_HEADERS=str(headers_path), BUZZ_BODY=str(body_path))
         result = run_wrk(url, seconds=seconds, connections=connections, script=script)
     return result, count, signing
+
+
+# --- A/B against a baseline commit (--baseline) -------------------------------------------------
+
+WRITES_SCRIPT = """
+local headers, bodies = {}, {}
+for line in io.lines(os.getenv("BUZZ_HEADERS")) do headers[#headers + 1] = line end
+for line in io.lines(os.getenv("BUZZ_BODIES")) do bodies[#bodies + 1] = line end
+local i = 0
+local threads = {}
+accepted, refused = 0, 0
+setup = function(thread) threads[#threads + 1] = thread end
+request = function()
+  i = i + 1
+  -- Past the end the events repeat: duplicates and NIP-98 replays (counted as failures).
+  if i > #headers then i = 1 end
+  return wrk.format("POST", nil, {["Authorization"] = headers[i],
+                                  ["Content-Type"] = "application/json"}, bodies[i])
+end
+response = function(status, hdrs, body)
+  if status == 200 and string.find(body, '^%["OK","%x+",true,') then
+    accepted = accepted + 1
+  else
+    refused = refused + 1
+  end
+end
+done = function(summary, latency, requests)
+  local a, r = 0, 0
+  for _, t in ipairs(threads) do a = a + t:get("accepted"); r = r + t:get("refused") end
+  io.write(string.format("BUZZ accepted %d refused %d\\n", a, r))
+end
+"""
+# The writes' channel: one of the open channels bench.reads.seed creates (anyone may write in an
+# open channel; the writer is no member of anything).
+WRITE_CHANNEL = str(uuid.UUID(hashlib.md5(b"ch1").hexdigest()))
+WARM_UP_SECONDS = 2
+
+
+@dataclass
+class Side:
+    name: str  # "baseline" or "candidate"
+    label: str  # the commit (and uncommitted changes) it serves
+    server: Server
+
+
+@dataclass
+class Run:
+    rate: float  # per second: rounds, documents, accepted writes
+    p50_ms: float
+    p99_ms: float
+    failed: int
+    note: str = ""
+
+
+def _signed_enough(result: WrkResult, signed: int) -> str:
+    return "" if result.requests <= signed else (
+        f"ran out of signed requests ({result.requests} sent, {signed} signed)")
+
+
+def _sized(rates: list[float]) -> int:
+    """Requests per second to pre-sign for: the fastest rate seen so far with a margin."""
+    return int(max(rates) * 1.5) + 200
+
+
+def check_quiet_continuation(server: Server) -> None:
+    """The A/B's rounds must be continuations with nothing pending on both sides (a side that
+    is not ready for incremental reads would answer full rounds instead)."""
+    reader = Reader(server.url, READER_SECRET)
+    reader.round(full=True)
+    body = orjson.dumps([{"artifact": "current", "progress": reader.token, "limit": 100}])
+    url = f"{server.url}/query"
+    response = reader.http.post(url, content=body, headers={
+        "Authorization": make_nip98_header(READER_SECRET, url=url, method="POST", body=body),
+        "Content-Type": "application/json"})
+    page = orjson.loads(response.content) if response.status_code == 200 else {}
+    if response.status_code != 200 or page["reset"] or page["more"] or page["events"] \
+            or page["removed"]:
+        raise RuntimeError(f"{server.url}: a continuation round is not quiet: "
+                           f"{response.status_code} {response.text[:300]}")
+
+
+def check_nip11(server: Server) -> None:
+    import httpx
+
+    response = httpx.get(f"{server.url}/info", headers={"Accept": "application/nostr+json"})
+    if response.status_code != 200 or "supported_nips" not in response.json():
+        raise RuntimeError(f"{server.url}/info: {response.status_code} {response.text[:300]}")
+
+
+def sign_writes(url: str, count: int) -> list[tuple[bytes, str]]:
+    """`count` artifact creates in WRITE_CHANNEL, each with its NIP-98 header for `url`."""
+    requests = []
+    for _ in range(count):
+        d = str(uuid.uuid4())
+        event = sign_event(WRITER_SECRET, kind=45010, content='{"version":1}', tags=artifact_tags(
+            op="create", d=d, h=WRITE_CHANNEL, title=f"A/B write {d[:8]}"))
+        body = orjson.dumps(event)
+        requests.append(
+            (body, make_nip98_header(WRITER_SECRET, url=url, method="POST", body=body)))
+    return requests
+
+
+def check_write(server: Server) -> None:
+    import httpx
+
+    url = f"{server.url}/event"
+    ((body, header),) = sign_writes(url, 1)
+    response = httpx.post(url, content=body, headers={
+        "Authorization": header, "Content-Type": "application/json"})
+    answer = response.json() if response.status_code == 200 else None
+    if not (isinstance(answer, list) and answer[:3] == ["OK", orjson.loads(body)["id"], True]):
+        raise RuntimeError(f"{url}: a write was not accepted: "
+                           f"{response.status_code} {response.text[:300]}")
+
+
+def heads_in_write_channel(svc: Services, community_id: int) -> int:
+    with _admin(svc.database_url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM artifact_heads WHERE community_id = %s AND channel_id = %s",
+            [community_id, WRITE_CHANNEL],
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def writes(server: Server, *, seconds: int, connections: int, expected_rps: int) -> tuple[
+    WrkResult, int, int, int
+]:
+    """Pre-signed artifact creates through wrk; (result, signed, accepted, refused)."""
+    url = f"{server.url}/event"
+    requests = sign_writes(url, expected_rps * (seconds + 2))
+    with tempfile.TemporaryDirectory() as tmp:
+        headers_path, bodies_path, script = (Path(tmp) / n for n in ("h", "b", "s.lua"))
+        headers_path.write_text("".join(f"{header}\n" for _, header in requests))
+        bodies_path.write_bytes(b"".join(body + b"\n" for body, _ in requests))
+        script.write_text(WRITES_SCRIPT)
+        os.environ.update(BUZZ_HEADERS=str(headers_path), BUZZ_BODIES=str(bodies_path))
+        result = run_wrk(url, seconds=seconds, connections=connections, script=script)
+    counts = re.search(r"BUZZ accepted (\d+) refused (\d+)", result.output)
+    if counts is None:
+        raise RuntimeError(f"the writes' wrk script printed no counts:\n{result.output}")
+    return result, len(requests), int(counts.group(1)), int(counts.group(2))
+
+
+def _median(runs: list[Run], attribute: str) -> float:
+    return statistics.median(getattr(run, attribute) for run in runs)
+
+
+def print_runs(title: str, unit: str, sides: list[Side], runs: dict[str, list[Run]]) -> None:
+    print(f"\n{title}")
+    notes = any(run.note for side_runs in runs.values() for run in side_runs)
+    for side in sides:
+        print(f"{side.name}: {side.label}")
+        print_table(["run", f"{unit}/s", "p50 ms", "p99 ms", "failed", *(["note"] * notes)],
+                    [[i + 1, f"{run.rate:.0f}", f"{run.p50_ms:.1f}", f"{run.p99_ms:.1f}",
+                      run.failed, *([run.note or "-"] * notes)]
+                     for i, run in enumerate(runs[side.name])])
+
+
+def summary_row(figure: str, runs: dict[str, list[Run]]) -> list[object]:
+    base, cand = runs["baseline"], runs["candidate"]
+    return [
+        figure, f"{_median(base, 'rate'):.0f}", f"{_median(cand, 'rate'):.0f}",
+        f"{_median(cand, 'rate') / max(_median(base, 'rate'), 1e-9):.3f}",
+        f"{_median(base, 'p50_ms'):.1f} / {_median(cand, 'p50_ms'):.1f}",
+        f"{_median(base, 'p99_ms'):.1f} / {_median(cand, 'p99_ms'):.1f}",
+        f"{_median(cand, 'p99_ms') / max(_median(base, 'p99_ms'), 1e-9):.3f}",
+        f"{sum(r.failed for r in base)} / {sum(r.failed for r in cand)}",
+    ]
+
+
+def ab(
+    svc: Services, *, ref: str, community_id: int, workers: int, seconds: int, rounds: int,
+    connections: list[int],
+) -> None:
+    """Candidate (this tree) against a worktree of `ref`: three figures, runs alternating."""
+    with git_worktree(ref) as (tree, commit):
+        sides: list[Side] = []
+        try:
+            for name, root, label in (
+                ("baseline", tree, f"{ref} = {commit[:10]}"),
+                ("candidate", ROOT, f"{ROOT} at {describe_tree(ROOT)}"),
+            ):
+                server = serve(svc, workers=workers, overlap=120, root=root)
+                sides.append(Side(name, label, server))
+                if f"from {root}/buzzrelay" not in server.code:
+                    raise RuntimeError(f"{name} does not serve {root}'s code: {server.code}")
+                print(f"{name}: {label}; serving {server.code}", flush=True)
+            _ab_figures(svc, sides, community_id=community_id, seconds=seconds, rounds=rounds,
+                        connections=connections)
+        finally:
+            for side in sides:
+                side.server.stop()
+
+
+def _ab_figures(
+    svc: Services, sides: list[Side], *, community_id: int, seconds: int, rounds: int,
+    connections: list[int],
+) -> None:
+    summary: list[list[object]] = []
+    first = connections[0]
+
+    # 1. Continuation rounds with nothing pending. A warm-up run per side also sizes how many
+    #    requests each run pre-signs.
+    rates = []
+    for side in sides:
+        check_quiet_continuation(side.server)
+        result, _, _ = throughput(side.server, seconds=WARM_UP_SECONDS, connections=first,
+                                  expected_rps=3000)
+        rates.append(result.requests_per_second)
+    for conns in connections:
+        runs: dict[str, list[Run]] = {side.name: [] for side in sides}
+        for _ in range(rounds):
+            for side in sides:
+                result, signed, _ = throughput(side.server, seconds=seconds, connections=conns,
+                                               expected_rps=_sized(rates))
+                rates.append(result.requests_per_second)
+                runs[side.name].append(Run(
+                    result.requests_per_second, result.p50_ms, result.p99_ms,
+                    result.non_2xx + result.errors, _signed_enough(result, signed)))
+        print_runs(f"A/B: POST /query continuation rounds with nothing pending, {conns} "
+                   f"connections, {seconds} s per run", "rounds", sides, runs)
+        summary.append(summary_row(f"/query rounds, {conns} conns", runs))
+
+    # 2. The NIP-11 document.
+    runs = {side.name: [] for side in sides}
+    for side in sides:
+        check_nip11(side.server)
+    for _ in range(rounds):
+        for side in sides:
+            result = run_wrk(f"{side.server.url}/info", seconds=seconds, connections=first,
+                             headers={"Accept": "application/nostr+json"})
+            runs[side.name].append(Run(result.requests_per_second, result.p50_ms,
+                                       result.p99_ms, result.non_2xx + result.errors))
+    print_runs(f"A/B: GET /info (NIP-11), {first} connections, {seconds} s per run",
+               "documents", sides, runs)
+    summary.append(summary_row(f"NIP-11 /info, {first} conns", runs))
+
+    # 3. Writes, last: they change artifacts the rounds above would have to return.
+    rates = []
+    for side in sides:
+        check_write(side.server)
+        result, *_ = writes(side.server, seconds=WARM_UP_SECONDS, connections=first,
+                            expected_rps=1000)
+        rates.append(result.requests_per_second)
+    runs = {side.name: [] for side in sides}
+    for _ in range(rounds):
+        for side in sides:
+            before = heads_in_write_channel(svc, community_id)
+            result, signed, accepted, refused = writes(
+                side.server, seconds=seconds, connections=first,
+                expected_rps=_sized(rates))
+            stored = heads_in_write_channel(svc, community_id) - before
+            rates.append(result.requests_per_second)
+            notes = [_signed_enough(result, signed)]
+            # wrk stops with up to one request per connection in flight: the relay may store
+            # those writes without wrk counting their answers.
+            if not accepted <= stored <= accepted + first:
+                notes.append(f"{accepted} accepted but {stored} heads stored")
+            runs[side.name].append(Run(
+                result.requests_per_second * accepted / max(result.requests, 1),
+                result.p50_ms, result.p99_ms, refused + result.errors,
+                "; ".join(n for n in notes if n)))
+    print_runs(f"A/B: POST /event artifact creates (accepted writes/s), {first} connections, "
+               f"{seconds} s per run", "writes", sides, runs)
+    summary.append(summary_row(f"POST /event writes, {first} conns", runs))
+
+    print(f"\nA/B medians over {rounds} runs per side, alternating (baseline {sides[0].label}; "
+          f"candidate {sides[1].label})")
+    print_table(["figure", "baseline /s", "candidate /s", "candidate / baseline",
+                 "p50 ms b / c", "p99 ms b / c", "p99 c / b", "failed b / c"], summary)
 
 
 def plot(results: list[PhaseResult]) -> Path:
@@ -364,7 +668,17 @@ def main() -> int:
     parser.add_argument("--connections", type=int, nargs="+", default=[8],
                         help="wrk connections of the throughput runs, one run each; with several "
                              "a plot of rounds/s and latency against them is written")
+    parser.add_argument("--baseline", metavar="REF",
+                        help="A/B: serve a git worktree of REF next to this tree and compare "
+                             "/query rounds, NIP-11 and POST /event, runs alternating")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="A/B: runs per side of each figure (default 3)")
     args = parser.parse_args()
+    if args.baseline and not args.throughput_seconds:
+        parser.error("--baseline needs --throughput-seconds above 0")
+    if args.baseline:
+        # A terminated run still stops its servers and removes the worktree.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     overlap = max(1, round(args.minute_seconds * 2))  # 120 s of a 60 s minute
     results: list[PhaseResult] = []
@@ -377,25 +691,13 @@ def main() -> int:
             # minutes of churn would still be inside every round's overlap, and the rounds would
             # no longer be "nothing pending".
             seeded[args.n[0]] = prepare(svc, args.n[0])
-            server = serve(svc, workers=args.workers, overlap=120)
-            rows: list[tuple[int, Any]] = []
-            try:
-                for connections in args.connections:
-                    result, signed, signing = throughput(
-                        server, seconds=args.throughput_seconds, connections=connections,
-                        expected_rps=3000,
-                    )
-                    rows.append((connections, result))
-            finally:
-                server.stop()
-            print(f"\nthroughput: continuation rounds with nothing pending, NIP-98 on each "
-                  f"request (each run pre-signs {signed} requests, {signing:.1f} s), "
-                  f"{args.workers} workers of buzz-admin serve")
-            print_table(["connections", "rounds/s", "p50 ms", "p99 ms", "failed"],
-                        [[c, f"{r.requests_per_second:.0f}", f"{r.p50_ms:.1f}",
-                          f"{r.p99_ms:.1f}", r.non_2xx + r.errors] for c, r in rows])
-            if len(rows) > 1:
-                print(f"plot: {plot_throughput(rows)}")
+            if args.baseline:
+                ab(svc, ref=args.baseline, community_id=seeded[args.n[0]],
+                   workers=args.workers, seconds=args.throughput_seconds, rounds=args.rounds,
+                   connections=args.connections)
+                del seeded[args.n[0]]  # its writes added artifacts: the load phases reseed
+            else:
+                throughput_phase(svc, args)
         if not args.skip_load:
             for n in args.n:
                 community_id = seeded.get(n) or prepare(svc, n)
@@ -416,6 +718,29 @@ def main() -> int:
                     server.stop()
             report_load(results)
     return 0
+
+
+def throughput_phase(svc: Services, args: argparse.Namespace) -> None:
+    """Throughput of this tree alone (no --baseline)."""
+    server = serve(svc, workers=args.workers, overlap=120)
+    rows: list[tuple[int, Any]] = []
+    try:
+        for connections in args.connections:
+            result, signed, signing = throughput(
+                server, seconds=args.throughput_seconds, connections=connections,
+                expected_rps=3000,
+            )
+            rows.append((connections, result))
+    finally:
+        server.stop()
+    print(f"\nthroughput: continuation rounds with nothing pending, NIP-98 on each "
+          f"request (each run pre-signs {signed} requests, {signing:.1f} s), "
+          f"{args.workers} workers of buzz-admin serve")
+    print_table(["connections", "rounds/s", "p50 ms", "p99 ms", "failed"],
+                [[c, f"{r.requests_per_second:.0f}", f"{r.p50_ms:.1f}",
+                  f"{r.p99_ms:.1f}", r.non_2xx + r.errors] for c, r in rows])
+    if len(rows) > 1:
+        print(f"plot: {plot_throughput(rows)}")
 
 
 def report_load(results: list[PhaseResult]) -> None:

@@ -336,7 +336,7 @@ def page500(one: Seeded, runs: int) -> dict[str, Any]:
     import orjson
     from django.test import Client
 
-    from artifacts.api.query_views import render_page
+    from artifacts.api.views import render_page
     from artifacts.selectors.filters import parse_filter
     from nostr.nip98 import make_nip98_header
 

@@ -26,17 +26,19 @@ django_application = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 
-from artifacts.api.query_fast_path import QueryFastPath  # noqa: E402
 from artifacts.ws.routing import websocket_application  # noqa: E402
 from buzzrelay.body_limit import RequestBodyLimit  # noqa: E402
+from buzzrelay.edge.front_door import FrontDoor  # noqa: E402
 from relayinfo.fleet import fleet_lifecycle  # noqa: E402
 
 
 def relay_http(django_app: Any = django_application) -> Any:
     """The relay's HTTP stack around a Django application: every body read within its limit
-    first; then incremental rounds on POST /query answered on the event loop when they can be
-    answered exactly as Django's view would; everything else is Django's."""
-    return RequestBodyLimit(QueryFastPath(django_app))
+    first; then the relay's DRF views (/query, /event, NIP-11) on the event loop through the
+    front door; everything else is Django's."""
+    from django.conf import settings
+
+    return RequestBodyLimit(FrontDoor(django_app) if settings.RELAY_FRONT_DOOR else django_app)
 
 
 # fleet_lifecycle registers this process in the fleet registry (readiness item 4) when the

@@ -52,8 +52,9 @@ class Config:
     # Server-side prepared statements for the reads' hot statements (off behind a transaction-mode
     # pooler that does not track them).
     database_prepared_statements: bool
-    # `POST /query` rounds served on the event loop (artifacts.api.query_fast_path).
-    query_fast_path: bool
+    # The relay's DRF views served by the front door (buzzrelay.edge.front_door); off, through
+    # Django's ASGI handler and middleware (same views, same answers, slower).
+    front_door: bool
     token_max_age_seconds: int
     # Seconds a client has to send its whole request body (a slow body is answered 408).
     body_timeout_seconds: int = 10
@@ -258,7 +259,7 @@ def read_config() -> Config:
         overlap_seconds=_int("ARTIFACT_SYNC_OVERLAP_SECONDS", 120, minimum=0),
         database_pool_size=_int("DATABASE_POOL_SIZE", 16, minimum=1, unit="connections"),
         database_prepared_statements=_bool("DATABASE_PREPARED_STATEMENTS", True),
-        query_fast_path=_bool("RELAY_QUERY_FAST_PATH", True),
+        front_door=_bool("RELAY_FRONT_DOOR", True),
         token_max_age_seconds=_int("ARTIFACT_SYNC_TOKEN_MAX_AGE", 30 * 86400, minimum=60),
         body_timeout_seconds=_int("RELAY_BODY_TIMEOUT_SECONDS", 10, minimum=1),
         rate_limits=_rate_limits(),

@@ -9,7 +9,6 @@ breaker, so requests do not each wait for a connect timeout while Redis is down.
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
 import time
 from typing import Any
@@ -20,28 +19,19 @@ from django.conf import settings
 from django.core.cache import caches
 from django.core.signals import setting_changed
 from django.dispatch import receiver
-from django.http import HttpRequest, HttpResponse
 from redis.exceptions import NoScriptError, RedisError
 
-from buzzrelay.http import client_address, json_error
-
 __all__ = [
-    "ADDRESS_TOKEN_TAKEN",
     "RedisUnavailable",
+    "address_wait",
     "async_redis_client",
-    "check_address",
-    "check_pubkey",
-    "check_rate",
-    "check_rate_async",
     "mark_redis_down",
-    "rate_limited_response",
+    "pubkey_wait",
     "redis_client",
+    "take_token",
 ]
 
 KEY_PREFIX = "buzz:rl:"
-# ASGI scope key set by the /query fast path once it took this request's address token, before
-# it verified anything; when it then hands the request to Django, the view must not take another.
-ADDRESS_TOKEN_TAKEN = "buzz.address_token_taken"
 # After a Redis failure, go straight to the fallbacks for this long before trying again.
 REDIS_RETRY_SECONDS = 5.0
 LOCAL_MAX_BUCKETS = 100_000
@@ -85,7 +75,7 @@ def redis_client() -> Any | None:
 
 class RedisUnavailable(Exception):
     """Redis is not configured, its breaker is open, or it just failed (the breaker is now open):
-    the caller takes the synchronous path, which has the fallbacks."""
+    the caller takes its fallback (local buckets, replay claims in PostgreSQL)."""
 
 
 _async_clients: WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = WeakKeyDictionary()
@@ -98,11 +88,13 @@ def async_redis_client() -> Any:
     loop = asyncio.get_running_loop()
     client = _async_clients.get(loop)
     if client is None:
-        url = settings.CONFIG.redis_url
-        if not url or not _cache_is_redis():
+        if not _cache_is_redis():
             raise RedisUnavailable
+        # The cache's own Redis (its LOCATION), so the buckets and claims are where the cache is.
+        location: Any = settings.CACHES["default"]["LOCATION"]
         client = redis.asyncio.Redis.from_url(
-            url, socket_connect_timeout=0.5, socket_timeout=0.5
+            location if isinstance(location, str) else location[0],
+            socket_connect_timeout=0.5, socket_timeout=0.5,
         )
         _async_clients[loop] = client
     return client
@@ -163,83 +155,48 @@ class _LocalBuckets:
 local_buckets = _LocalBuckets()
 
 
-def check_rate(key: str, *, rate: float, burst: int) -> float | None:
+async def take_token(key: str, *, rate: float, burst: int) -> float | None:
     """Take one token from bucket `key`: None when allowed, else seconds until a token is due.
 
     `rate` tokens per second refill a bucket holding at most `burst`; `rate <= 0` is no limit.
+    In Redis (every instance shares the bucket) through this event loop's asyncio client; while
+    Redis is unavailable, from this process's local bucket.
     """
-    if rate <= 0:
-        return None
-    client = redis_client()
-    if client is not None:
-        try:
-            wait = float(_take_in_redis(client, KEY_PREFIX + key, rate, burst))
-        except (RedisError, OSError):
-            mark_redis_down()
-        else:
-            return wait if wait > 0 else None
-    return local_buckets.take(key, rate, burst)
-
-
-async def check_rate_async(client: Any, key: str, *, rate: float, burst: int) -> float | None:
-    """`check_rate` in Redis through an asyncio client; raises `RedisUnavailable` instead of
-    falling back (the caller then takes the synchronous path)."""
     global _script_sha
     if rate <= 0:
         return None
     try:
+        client = async_redis_client()
         if _script_sha is None:
             _script_sha = await client.script_load(_TAKE)
         try:
             result = await client.evalsha(_script_sha, 1, KEY_PREFIX + key, repr(rate), burst)
-        except NoScriptError:
+        except NoScriptError:  # Redis restarted and lost its script cache
             _script_sha = await client.script_load(_TAKE)
             result = await client.evalsha(_script_sha, 1, KEY_PREFIX + key, repr(rate), burst)
-    except (RedisError, OSError) as exc:
+    except RedisUnavailable:
+        return local_buckets.take(key, rate, burst)
+    except (RedisError, OSError):
         mark_redis_down()
-        raise RedisUnavailable from exc
+        return local_buckets.take(key, rate, burst)
     wait = float(result)
     return wait if wait > 0 else None
 
 
-def _take_in_redis(client: Any, key: str, rate: float, burst: int) -> bytes:
-    global _script_sha
-    if _script_sha is None:
-        _script_sha = client.script_load(_TAKE)
-    try:
-        result: bytes = client.evalsha(_script_sha, 1, key, repr(rate), burst)
-    except NoScriptError:  # Redis restarted and lost its script cache
-        _script_sha = client.script_load(_TAKE)
-        result = client.evalsha(_script_sha, 1, key, repr(rate), burst)
-    return result
-
-
-def check_address(request: HttpRequest) -> float | None:
-    """The per-client-address limit; run it before any signature is verified."""
-    if getattr(request, "scope", {}).get(ADDRESS_TOKEN_TAKEN):
-        return None
-    return check_rate(
-        f"addr:{client_address(request)}",
+async def address_wait(address: str) -> float | None:
+    """The per-client-address limit (PROTOCOL.md section 3): taken before any signature is
+    verified, on HTTP and on the WebSocket alike."""
+    return await take_token(
+        f"addr:{address}",
         rate=settings.RELAY_RATE_LIMIT_ADDRESS_RATE,
         burst=settings.RELAY_RATE_LIMIT_ADDRESS_BURST,
     )
 
 
-def check_pubkey(pubkey: str) -> float | None:
+async def pubkey_wait(pubkey: str) -> float | None:
     """The per-pubkey limit, for an authenticated pubkey."""
-    return check_rate(
+    return await take_token(
         f"pk:{pubkey}",
         rate=settings.RELAY_RATE_LIMIT_PUBKEY_RATE,
         burst=settings.RELAY_RATE_LIMIT_PUBKEY_BURST,
-    )
-
-
-def rate_limited_response(retry_after: float) -> HttpResponse:
-    """429 JSON with `Retry-After` in whole seconds (at least 1)."""
-    seconds = max(1, math.ceil(retry_after))
-    return json_error(
-        429,
-        "rate_limited",
-        f"too many requests; retry in {seconds} s",
-        headers={"Retry-After": str(seconds)},
     )

@@ -55,12 +55,11 @@ class _Totals:
     rows: int = 0
     fence_sum_ms: float = 0.0
     fence_buckets: list[int] = field(default_factory=lambda: [0] * len(FENCE_BUCKETS_MS))
-    # POST /query requests the fast path answered itself, and those it handed to Django.
-    fast_path_answered: int = 0
-    fast_path_delegated: int = 0
     # NIP-98 headers checked (each may cost a BIP-340 verification): requests refused by the
     # address limit never get here (PROTOCOL.md section 3).
     nip98_checks: int = 0
+    # Requests the front door served (buzzrelay.edge.front_door), the rest being Django's.
+    front_door_requests: int = 0
 
 
 _lock = threading.Lock()
@@ -116,13 +115,9 @@ def record_round(
     return due
 
 
-def record_fast_path(*, answered: bool) -> None:
-    """Count one `POST /query` the fast path answered (True) or handed to Django (False)."""
+def record_front_door_request() -> None:
     with _lock:
-        if answered:
-            _totals.fast_path_answered += 1
-        else:
-            _totals.fast_path_delegated += 1
+        _totals.front_door_requests += 1
 
 
 def record_nip98_check() -> None:
@@ -285,9 +280,8 @@ class ProcessTotals:
     rows: int
     fence_sum_ms: float
     fence_buckets: tuple[tuple[float, int], ...]  # (upper bound ms, cumulative count)
-    fast_path_answered: int = 0
-    fast_path_delegated: int = 0
     nip98_checks: int = 0
+    front_door_requests: int = 0
 
 
 def process_totals() -> ProcessTotals:
@@ -296,8 +290,7 @@ def process_totals() -> ProcessTotals:
         buckets = tuple(zip(map(float, FENCE_BUCKETS_MS), _totals.fence_buckets, strict=True))
         return ProcessTotals(
             _totals.pages, _totals.resets, _totals.rounds, _totals.rows, _totals.fence_sum_ms,
-            buckets, _totals.fast_path_answered, _totals.fast_path_delegated,
-            _totals.nip98_checks,
+            buckets, _totals.nip98_checks, _totals.front_door_requests,
         )
 
 
@@ -358,10 +351,9 @@ def prometheus_exposition() -> str:
     ):
         _help(out, name, "counter", f"{text} by this process")
         _line(out, name, value)
-    _help(out, "buzz_query_fast_path_total", "counter",
-          "POST /query requests answered on the event loop or handed to Django (this process)")
-    _line(out, "buzz_query_fast_path_total", totals.fast_path_answered, 'outcome="answered"')
-    _line(out, "buzz_query_fast_path_total", totals.fast_path_delegated, 'outcome="delegated"')
+    _help(out, "buzz_front_door_requests_total", "counter",
+          "API requests served on the event loop by the front door (this process)")
+    _line(out, "buzz_front_door_requests_total", totals.front_door_requests)
     _help(out, "buzz_nip98_checks_total", "counter",
           "NIP-98 headers checked, signature included (this process)")
     _line(out, "buzz_nip98_checks_total", totals.nip98_checks)

@@ -1,4 +1,6 @@
-"""The NIP-11 relay information document (PROTOCOL.md section 6) and Accept negotiation.
+"""The NIP-11 relay information document (PROTOCOL.md section 6).
+
+Its media type is chosen by `buzzrelay.edge.renderers.Nip11Negotiation`.
 
 Every `limitation` value comes from the setting its enforcing code reads (buzzrelay/settings.py),
 so the document never announces a limit the relay does not hold to.
@@ -6,56 +8,14 @@ so the document never announces a limit the relay does not hold to.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 
 from artifacts.models import Community
 
-NOSTR_JSON = "application/nostr+json"
 SUPPORTED_NIPS = (1, 11, 42, 98)
 SYNC_KINDS = (45010, 45011)
-
-
-@dataclass(frozen=True)
-class MediaRange:
-    type: str  # lowercase "type/subtype", wildcards kept
-    q: float
-
-
-def parse_accept(header: str | None) -> list[MediaRange]:
-    """The media ranges of an Accept header with their q-values (RFC 9110 section 12.5.1).
-
-    A range whose q-value is malformed or outside 0..1 is dropped; parameters other than q are
-    ignored; type and subtype compare case-insensitively.
-    """
-    ranges = []
-    for part in (header or "").split(","):
-        media, *params = (piece.strip() for piece in part.split(";"))
-        if "/" not in media:
-            continue
-        q = 1.0
-        for param in params:
-            name, _, value = param.partition("=")
-            if name.strip().lower() == "q":
-                try:
-                    q = float(value.strip().strip('"'))
-                except ValueError:
-                    q = -1.0
-        if 0.0 <= q <= 1.0:
-            ranges.append(MediaRange(media.lower(), q))
-    return ranges
-
-
-def wants_relay_information(header: str | None) -> bool:
-    """True when Accept names application/nostr+json with a q-value above 0.
-
-    Naming it is what asks for the document (NIP-11): clients that want it say so, browsers
-    never do. So `application/nostr+json; q=0.9, text/html` gets the document, while wildcards
-    alone (`*/*`, `application/*`) get the human page, and `q=0` refuses the document.
-    """
-    return any(r.type == NOSTR_JSON and r.q > 0 for r in parse_accept(header))
 
 
 def limitation() -> dict[str, Any]:

@@ -33,3 +33,14 @@ def _sync_state_row(request: pytest.FixtureRequest) -> None:
             "INSERT INTO sync_state (id, epoch, bumped_at, reason)"
             " VALUES (1, 1, now(), 'initial') ON CONFLICT (id) DO NOTHING"
         )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _database_threads_closed(django_db_setup: None) -> object:
+    """Views run synchronous work on database threads that keep their connections
+    (artifacts.ws.dbcall); they are stopped before the test database is dropped, which an open
+    connection would refuse."""
+    yield
+    from artifacts.ws.dbcall import stop_threads
+
+    stop_threads()

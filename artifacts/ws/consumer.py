@@ -51,7 +51,7 @@ from artifacts.ws.messages import (
 )
 from artifacts.ws.outbox import Outbox
 from artifacts.ws.scope import client_address, public_host, public_relay_url
-from buzzrelay.ratelimit import check_pubkey, check_rate
+from buzzrelay.ratelimit import address_wait, pubkey_wait
 from nostr.nip42 import Nip42Error, verify_auth_event
 
 __all__ = ["SyncConsumer", "sync_limits"]
@@ -225,12 +225,7 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def _address_wait(self) -> float | None:
         """The per-address limit HTTP applies, for work that costs a signature check or a read."""
-        return await run_db(
-            check_rate,
-            f"addr:{self.address}",
-            rate=settings.RELAY_RATE_LIMIT_ADDRESS_RATE,
-            burst=settings.RELAY_RATE_LIMIT_ADDRESS_BURST,
-        )
+        return await address_wait(self.address)
 
     async def _auth(self, message: AuthMessage) -> None:
         if (wait := await self._address_wait()) is not None:
@@ -261,7 +256,7 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             )
             return
         author = message.event.get("pubkey")
-        if author in self.pubkeys and (wait := await run_db(check_pubkey, author)) is not None:
+        if author in self.pubkeys and (wait := await pubkey_wait(author)) is not None:
             self._reply(ok(message.event_id, False, _rate_limited(wait)))
             return
         try:

@@ -28,7 +28,7 @@ def test_unknown_host_is_a_json_404_with_cors() -> None:
     assert response["Access-Control-Allow-Origin"] == "*"
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_known_host_is_resolved_case_insensitively_without_port() -> None:
     Community.objects.create(host="team.example", name="Team")
     response = Client().get("/info", HTTP_HOST="TEAM.example:8443")

@@ -1,4 +1,5 @@
-"""NIP-98 on Django requests: the public URL, replay claims in Redis and in PostgreSQL."""
+"""NIP-98 as the DRF authentication class: the public URL, replay claims in Redis and in
+PostgreSQL. The class is a coroutine; these tests drive it from sync code with async_to_sync."""
 
 from __future__ import annotations
 
@@ -8,15 +9,16 @@ import uuid
 
 import orjson
 import pytest
+from asgiref.sync import async_to_sync
 from django.test import RequestFactory, override_settings
+from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.request import Request
 
-from buzzrelay.nip98_auth import (
-    REPLAY_MESSAGE,
-    AuthenticationFailed,
-    authenticate_request,
-    claim_auth_event,
-    unauthorized_response,
-)
+from buzzrelay.edge.authentication import Nip98Authentication
+from buzzrelay.edge.exceptions import relay_exception_handler
+from buzzrelay.edge.parsers import BoundedBytesParser
+from buzzrelay.nip98_auth import REPLAY_MESSAGE
+from buzzrelay.nip98_auth import claim_auth_event as claim_async
 from relayinfo.models import AuthReplayClaim
 from tests.factories import make_key, nip98_header
 
@@ -37,6 +39,17 @@ def _request(authorization: str, body: bytes = b'{"x":1}', path: str = "/event")
     )
 
 
+def authenticate_request(request: object) -> str:
+    """The pubkey the class authenticates (raises DRF's AuthenticationFailed)."""
+    drf_request = Request(request, parsers=[BoundedBytesParser()])  # type: ignore[arg-type]
+    user, _auth = async_to_sync(Nip98Authentication().authenticate)(drf_request)
+    return str(user.pubkey)
+
+
+def claim_auth_event(event_id: str, *, expires_at: int) -> bool:
+    return bool(async_to_sync(claim_async)(event_id, expires_at=expires_at))
+
+
 def _event_id(header: str) -> str:
     return str(orjson.loads(base64.b64decode(header.split()[1]))["id"])
 
@@ -46,24 +59,24 @@ def _signed(body: bytes = b'{"x":1}') -> tuple[str, str]:
     return key.pubkey, nip98_header(key, "http://team.example/event", "POST", body)
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_valid_header_authenticates_its_signer_once() -> None:
     pubkey, header = _signed()
     assert authenticate_request(_request(header)) == pubkey  # type: ignore[arg-type]
     with pytest.raises(AuthenticationFailed) as refused:
         authenticate_request(_request(header))  # type: ignore[arg-type]
-    assert refused.value.reason == REPLAY_MESSAGE
+    assert refused.value.detail == REPLAY_MESSAGE
     assert "replay" in REPLAY_MESSAGE and "nonce" in REPLAY_MESSAGE
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_the_body_must_match_the_payload_tag() -> None:
     _, header = _signed(b'{"x":1}')
     with pytest.raises(AuthenticationFailed, match="payload"):
         authenticate_request(_request(header, body=b'{"x":2}'))  # type: ignore[arg-type]
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_claims_in_redis_do_not_touch_postgresql() -> None:
     AuthReplayClaim.objects.all().delete()
     event_id = uuid.uuid4().hex * 2
@@ -72,7 +85,7 @@ def test_claims_in_redis_do_not_touch_postgresql() -> None:
     assert not AuthReplayClaim.objects.filter(event_id=event_id).exists()
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_replay_is_refused_while_redis_is_unavailable_and_after_it_returns() -> None:
     pubkey, header = _signed()
     with override_settings(CACHES=UNREACHABLE_REDIS):
@@ -92,7 +105,7 @@ def test_replay_is_refused_while_redis_is_unavailable_and_after_it_returns() -> 
         authenticate_request(_request(header))  # type: ignore[arg-type]
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 @override_settings(CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}})
 def test_without_redis_claims_go_to_postgresql_which_every_instance_shares() -> None:
     pubkey, header = _signed()
@@ -102,7 +115,7 @@ def test_without_redis_claims_go_to_postgresql_which_every_instance_shares() -> 
         authenticate_request(_request(header))  # type: ignore[arg-type]
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 @override_settings(CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}})
 def test_an_expired_postgresql_claim_can_be_taken_again() -> None:
     event_id = "e" * 64
@@ -114,7 +127,7 @@ def test_an_expired_postgresql_claim_can_be_taken_again() -> None:
 
 
 def test_unauthorized_response_shape() -> None:
-    response = unauthorized_response("auth event has no u tag")
+    response = relay_exception_handler(AuthenticationFailed("auth event has no u tag"), {})
     assert response.status_code == 401
     assert response["WWW-Authenticate"] == "Nostr"
     assert response.content == b'{"error":"unauthorized","message":"auth event has no u tag"}'

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.test import Client, override_settings
 
 from artifacts.models import Community
-from relayinfo.nip11 import parse_accept, wants_relay_information
+from buzzrelay.edge.renderers import parse_accept
 from tests.relayinfo.conftest import HOST, NOSTR_JSON, nip11, transactional
 
 pytestmark = transactional
@@ -122,14 +122,14 @@ def test_other_accept_gets_the_human_page(community: Community, accept: str | No
     assert "Incremental artifact reads are available" in page
 
 
-def test_accept_parsing() -> None:
+def test_accept_parsing(community: Community) -> None:
     ranges = parse_accept(
         "text/html;level=1;q=0.7, APPLICATION/NOSTR+JSON ; q = 0.3 , bad, x/y;q=2"
     )
     assert [(r.type, r.q) for r in ranges] == [("text/html", 0.7), ("application/nostr+json", 0.3)]
-    assert wants_relay_information("application/nostr+json;q=0.001")
-    assert not wants_relay_information("application/nostr+json;q=0.000")
-    assert not wants_relay_information("")
+    for accept, document in (("application/nostr+json;q=0.001", True),
+                             ("application/nostr+json;q=0.000", False), ("", False)):
+        assert (nip11(HOST, accept=accept)["Content-Type"] == NOSTR_JSON) is document, accept
 
 
 def test_cors_on_the_document_and_preflight(community: Community) -> None:

@@ -25,13 +25,13 @@ BURST = 5
 FLOOD = 30
 
 
-@pytest.fixture(scope="module", params=["fast path", "django view"])
+@pytest.fixture(scope="module", params=["front door", "django handler"])
 def relay(
     request: pytest.FixtureRequest, django_db_setup: None, django_db_blocker: Any
 ) -> Iterator[RelayProcess]:
     env = {"RELAY_RATE_LIMIT_ADDRESS_RATE": "0.001", "RELAY_RATE_LIMIT_ADDRESS_BURST": str(BURST)}
-    if request.param == "django view":
-        env["RELAY_QUERY_FAST_PATH"] = "false"
+    if request.param == "django handler":
+        env["RELAY_FRONT_DOOR"] = "false"
     with django_db_blocker.unblock():
         server = start_relay(env)
     yield server

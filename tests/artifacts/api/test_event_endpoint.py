@@ -29,11 +29,15 @@ from tests.factories import (
     signed_post,
 )
 
+# The views read through connections of their own (the edge's database threads): they see
+# committed data only, so these tests commit.
+pytestmark = pytest.mark.django_db(transaction=True)
+
 URL = "http://team.example/event"
 
 
 @pytest.fixture
-def community(db: None) -> Community:
+def community(transactional_db: None) -> Community:
     return make_community()
 
 

@@ -1,0 +1,223 @@
+"""`POST /query` (PROTOCOL.md section 5) and `POST /event` (section 4) as DRF views.
+
+The pipeline (community, limits, NIP-98, the order of refusals) is `RelayAPIView`'s; each view
+reads its request and makes one call. Feed pages are built from the stored event JSON, joined as
+bytes, never parsed or serialized again (a DRF serializer costs ~40 us per row).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import psycopg
+from django.http import HttpResponse, HttpResponseBase
+from drf_spectacular.utils import extend_schema
+from psycopg_pool import AsyncConnectionPool
+from rest_framework.request import Request
+
+from artifacts.models import Community
+from artifacts.selectors.async_reads import (
+    OpenRead,
+    begin_read,
+    connection_pool,
+    read_page_async,
+)
+from artifacts.selectors.filters import InvalidFilter, QueryFilter, parse_query_body
+from artifacts.selectors.plain_reads import plain_query
+from artifacts.selectors.rounds import CommunityGone, Page, RoundRequest, prepare_round, read_page
+from artifacts.services.ingest import ingest_event
+from artifacts.tokens import InvalidProgress
+from artifacts.ws.dbcall import run_db
+from buzzrelay.edge.exceptions import InvalidRequest, ServiceUnavailable, UnknownCommunity
+from buzzrelay.edge.openapi import JSON, Answer, RelayAutoSchema, error_answer, ref
+from buzzrelay.edge.views import RelayAPIView
+from relayinfo.metrics import flush_metrics, record_round
+from relayinfo.readiness import cached_readiness, deployment_ready
+from relayinfo.sync_epoch import cached_database_identity, database_identity
+
+__all__ = ["EventView", "QueryView", "record_page", "render_page"]
+
+
+@extend_schema(
+    methods=["POST"],
+    summary="Read artifacts: plain or incremental",
+    request={
+        JSON: {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 1,
+            "items": {"oneOf": [ref("PlainFilter"), ref("IncrementalFilter")]},
+        }
+    },
+    responses={
+        200: Answer(
+            "Plain mode: the readable events. Incremental mode: one page.",
+            {
+                "oneOf": [
+                    {"type": "array", "items": ref("Event"), "maxItems": 1000},
+                    ref("IncrementalPage"),
+                ]
+            },
+        ),
+        400: error_answer(
+            "The filter is malformed or out of range, or the progress token is not this"
+            " reader's, community's or filter's.",
+            "invalid_filter", "invalid_progress", "bad_request",
+        ),
+    },
+)
+class QueryView(RelayAPIView):
+    """One filter: a plain read (a JSON array of events) or one page of a round."""
+
+    http_method_names = ["post", "options"]
+    schema = RelayAutoSchema()  # the OpenAPI operation (buzzrelay/edge/openapi.py)
+    # On the server loop, the community lookup begins the page's transaction (one round trip
+    # for both, as a round costs few): the connection is kept until the request is answered.
+    _pool: AsyncConnectionPool | None = None
+    _conn: psycopg.AsyncConnection[Any] | None = None
+    _read: OpenRead | None = None
+
+    async def community_on_loop(self, host: str) -> Community | None:
+        self._pool = await connection_pool()
+        self._conn = await self._pool.getconn()
+        self._read, community = await begin_read(self._conn, host)
+        return community
+
+    async def release(self) -> None:
+        # A transaction still open (a refusal, a failed page) is rolled back by the pool.
+        if self._pool is not None and self._conn is not None:
+            await self._pool.putconn(self._conn)
+            self._conn = None
+
+    def parse(self, request: Request) -> tuple[QueryFilter, RoundRequest | None]:
+        try:
+            query = parse_query_body(self.body(request))
+            if not query.incremental:
+                return query, None
+            community_id = request.community.pk  # type: ignore[attr-defined]
+            return query, prepare_round(
+                community_id=community_id, reader=request.user.pubkey, query=query
+            )
+        except InvalidFilter as exc:
+            raise InvalidRequest(str(exc), code="invalid_filter") from None
+        except InvalidProgress as exc:
+            raise InvalidRequest(str(exc), code="invalid_progress") from None
+
+    async def serve(
+        self, request: Request, parsed: tuple[QueryFilter, RoundRequest | None]
+    ) -> HttpResponseBase:
+        query, rounds = parsed
+        if rounds is None:
+            if self._conn is not None:
+                await self._conn.rollback()  # a plain read: the page's transaction is not used
+            raws = await run_db(
+                plain_query, community_id=request.community.pk,  # type: ignore[attr-defined]
+                reader=request.user.pubkey, query=query,
+            )
+            return _json(b"[" + b",".join(raw.encode() for raw in raws) + b"]")
+        try:
+            if self._read is not None:
+                page = await _read_page_on_loop(self._read, rounds)
+            else:
+                page = await run_db(_read_page, rounds)
+        except CommunityGone:
+            raise UnknownCommunity from None
+        return _json(render_page(page))
+
+
+@extend_schema(
+    methods=["POST"],
+    summary="Publish one signed event",
+    request={JSON: ref("Event")},
+    responses={
+        200: Answer(
+            "The event was judged; `accepted` says whether it was stored.", ref("OkAnswer")
+        ),
+        400: error_answer("The body is not an event object.", "invalid_event", "bad_request"),
+    },
+)
+class EventView(RelayAPIView):
+    """One signed event in, the NIP-01 `OK` triple out (refusals of the event are `OK false`)."""
+
+    http_method_names = ["post", "options"]
+    schema = RelayAutoSchema()  # the OpenAPI operation (buzzrelay/edge/openapi.py)
+
+    def parse(self, request: Request) -> bytes:
+        body = self.body(request)
+        # Only "is this an object at all": everything else about the event (duplicate keys,
+        # field types, signature) is the ingest's to answer as `OK false "invalid: ..."`.
+        try:
+            is_object = isinstance(orjson.loads(body), dict)
+        except orjson.JSONDecodeError:
+            is_object = False
+        if not is_object:
+            raise InvalidRequest("the body must be one event as a JSON object",
+                                 code="invalid_event")
+        return body
+
+    async def serve(self, request: Request, parsed: bytes) -> HttpResponseBase:
+        result = await run_db(
+            ingest_event, community=request.community,  # type: ignore[attr-defined]
+            raw=parsed, authenticated_pubkeys=(request.user.pubkey,),
+        )
+        if result.failure is not None:
+            raise ServiceUnavailable(result.message, code=result.failure)
+        return _json(orjson.dumps(result.as_ok()))
+
+
+def _read_page(rounds: RoundRequest) -> Page:
+    """One page, counted in the round metrics (on a database thread: both are synchronous)."""
+    page = read_page(rounds, ready=deployment_ready())
+    record_page(page)
+    return page
+
+
+async def _read_page_on_loop(read: OpenRead, rounds: RoundRequest) -> Page:
+    """The same page in the transaction `begin_read` opened on the server loop's asyncio pool
+    (`async_reads`): no thread hop. Readiness and the database identity are cached per process;
+    when they are not, they are read on a database thread."""
+    ready = cached_readiness()
+    if ready is None:
+        ready = await run_db(deployment_ready)
+    identity = cached_database_identity()
+    if identity is None:
+        identity = await run_db(database_identity)
+    page = await read_page_async(read, rounds, ready=ready, identity=identity)
+    if record_page(page, flush=False):
+        # The shared cache is synchronous (and may be down for its socket timeout).
+        await run_db(flush_metrics)
+    return page
+
+
+def record_page(page: Page, *, flush: bool = True) -> bool:
+    """Count a served page in the round metrics (relayinfo.metrics.record_round)."""
+    return record_round(
+        reset=page.reset,
+        rows=len(page.events) + len(page.removed),
+        fence_lag_ms=page.fence_lag.total_seconds() * 1000,
+        more=page.more,
+        flush=flush,
+    )
+
+
+def render_page(page: Page) -> bytes:
+    """The page's JSON; events are the stored bytes, joined, never parsed again."""
+    return b"".join(
+        (
+            b'{"events":[',
+            b",".join(raw.encode() for raw in page.events),
+            b'],"removed":',
+            orjson.dumps([{"d": d, "reason": reason} for d, reason in page.removed]),
+            b',"progress":',
+            orjson.dumps(page.progress),
+            b',"more":true' if page.more else b',"more":false',
+            b',"reset":true}' if page.reset else b',"reset":false}',
+        )
+    )
+
+
+def _json(body: bytes) -> HttpResponse:
+    return HttpResponse(body, content_type="application/json")
+
+

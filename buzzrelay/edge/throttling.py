@@ -1,0 +1,42 @@
+"""The address and pubkey limits as DRF throttles, on the relay's token buckets.
+
+`buzzrelay.ratelimit` keeps the buckets (Redis, shared by every instance; in-process while Redis
+is down); these classes put them in DRF's throttle interface. `allow_request` is a coroutine
+(the buckets are a Redis round trip), and `wait()` gives the seconds `Retry-After` says.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.request import Request
+from rest_framework.throttling import BaseThrottle
+
+from buzzrelay.http import client_address
+from buzzrelay.ratelimit import address_wait, pubkey_wait
+
+__all__ = ["AddressRateThrottle", "PubkeyRateThrottle"]
+
+
+class _BucketThrottle(BaseThrottle):
+    def __init__(self) -> None:
+        self._wait: float | None = None
+
+    def wait(self) -> float | None:
+        return self._wait
+
+
+class AddressRateThrottle(_BucketThrottle):
+    """Per client address; runs before any signature is verified (PROTOCOL.md section 3)."""
+
+    async def allow_request(self, request: Request, view: Any) -> bool:  # type: ignore[override]
+        self._wait = await address_wait(client_address(request._request))
+        return self._wait is None
+
+
+class PubkeyRateThrottle(_BucketThrottle):
+    """Per authenticated pubkey (`request.user` is a `NostrUser`)."""
+
+    async def allow_request(self, request: Request, view: Any) -> bool:  # type: ignore[override]
+        self._wait = await pubkey_wait(request.user.pubkey)
+        return self._wait is None

@@ -1,0 +1,144 @@
+"""`RelayAPIView`: the relay's DRF view, with PROTOCOL.md section 3's order written once.
+
+A relay view says how to read its request (`parse`, the 400s) and what to do with it (`serve`,
+one call into a selector or service); the base class runs the rest, in the contract's order:
+preflight, method, body (413), community (404), address limit (429, before any signature),
+NIP-98 (401), `parse` (400), pubkey limit (429), `serve` (503 budgets). It is an async view:
+Django and the front door both call `dispatch` on an event loop, and authentication and
+throttles await Redis instead of blocking it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from rest_framework import exceptions
+from rest_framework.request import Request
+from rest_framework.throttling import BaseThrottle
+from rest_framework.views import APIView
+
+from artifacts.models import Community
+from artifacts.selectors.async_reads import connection_pool
+from artifacts.selectors.communities import community_for_host, community_for_host_async
+from artifacts.ws.dbcall import run_db
+from buzzrelay.edge.authentication import Nip98Authentication
+from buzzrelay.edge.exceptions import UnknownCommunity
+from buzzrelay.edge.parsers import BoundedBytesParser, request_body
+from buzzrelay.edge.renderers import JSONBytesRenderer, OnlyRenderer
+from buzzrelay.edge.throttling import AddressRateThrottle, PubkeyRateThrottle
+from buzzrelay.http import request_host
+
+__all__ = ["RelayAPIView", "on_server_loop"]
+
+
+def on_server_loop(request: Request) -> bool:
+    """Whether the view runs on the server's own event loop (reached through the front door).
+
+    There the process's asyncio PostgreSQL pool lives, and reads run on it without leaving the
+    loop. Reached through Django's handler instead (RELAY_FRONT_DOOR=false, the test client), an
+    async view runs in an event loop of its own per request (`async_to_sync`), so it takes the
+    synchronous drivers of the same statements on the database threads.
+    """
+    return bool(getattr(request._request, "served_by_front_door", False))
+
+
+class RelayAPIView(APIView):
+    view_is_async = True
+    authentication_classes = [Nip98Authentication]
+    # The two limits run at their own places in the order (see `pipeline`), not DRF's.
+    throttle_classes: list[type[BaseThrottle]] = []
+    permission_classes: list[Any] = []
+    parser_classes = [BoundedBytesParser]
+    renderer_classes = [JSONBytesRenderer]
+    content_negotiation_class = OnlyRenderer
+    # NIP-98 and both limits; False for public documents (NIP-11).
+    authenticated = True
+
+    def parse(self, request: Request) -> Any:
+        """The request's shape (raise `InvalidRequest` for a 400); what `serve` takes."""
+        return None
+
+    async def serve(self, request: Request, parsed: Any) -> HttpResponseBase:
+        raise NotImplementedError
+
+    @property
+    def allowed_methods(self) -> list[str]:
+        return [method.upper() for method in self.http_method_names]
+
+    async def dispatch(  # type: ignore[override]
+        self, request: HttpRequest, *args: Any, **kwargs: Any
+    ) -> HttpResponseBase:
+        """DRF's dispatch (initialize, handle, exception handler, finalize) with `pipeline`
+        awaited in place of the synchronous `initial` and handler."""
+        self.args = args
+        self.kwargs = kwargs
+        drf_request = self.initialize_request(request, *args, **kwargs)
+        self.request = drf_request
+        self.headers = self.default_response_headers
+        self.format_kwarg = None  # no format suffixes in the relay's routes
+        try:
+            response = await self.pipeline(drf_request)
+        except Exception as exc:
+            response = self.handle_exception(exc)
+        finally:
+            await self.release()
+        self.response = self.finalize_response(drf_request, response, *args, **kwargs)
+        return self.response
+
+    async def pipeline(self, request: Request) -> HttpResponseBase:
+        """PROTOCOL.md section 3 (the body's 413 came first, in `buzzrelay.body_limit`)."""
+        if request.method == "OPTIONS":
+            return HttpResponse(status=204)  # CORS preflight: no authentication
+        if (request.method or "").lower() not in self.http_method_names:
+            raise exceptions.MethodNotAllowed(request.method)
+        # 413 first: reading the body through the parser bounds it (behind `body_limit` it is
+        # already whole and bounded; reached through Django's own handler, it is not).
+        self.body(request)
+        request.accepted_renderer, request.accepted_media_type = (
+            self.perform_content_negotiation(request)
+        )
+        request.community = await self.community(request)  # type: ignore[attr-defined]
+        if self.authenticated:
+            await self.throttle(request, AddressRateThrottle())
+            await self.authenticate(request)
+        parsed = self.parse(request)
+        if self.authenticated:
+            await self.throttle(request, PubkeyRateThrottle())
+        return await self.serve(request, parsed)
+
+    async def community(self, request: Request) -> Community:
+        """The community served at the request's host (404 otherwise), read on every request:
+        a host may be given to another community at any time."""
+        host = request_host(request._request)
+        if on_server_loop(request):
+            community = await self.community_on_loop(host)
+        else:
+            community = await run_db(community_for_host, host)
+        if community is None:
+            raise UnknownCommunity
+        return community
+
+    async def community_on_loop(self, host: str) -> Community | None:
+        """The lookup on the server loop's asyncio pool (a view may fold it into its work)."""
+        pool = await connection_pool()
+        async with pool.connection() as conn:
+            return await community_for_host_async(conn, host)
+
+    async def release(self) -> None:
+        """Give back what `community_on_loop` kept for the request (nothing by default)."""
+
+    async def authenticate(self, request: Request) -> None:
+        for authenticator in request.authenticators:
+            user, auth = await authenticator.authenticate(request)
+            request._authenticator = authenticator
+            request.user, request.auth = user, auth
+
+    async def throttle(self, request: Request, throttle: Any) -> None:
+        if not await throttle.allow_request(request, self):
+            self.throttled(request, throttle.wait())
+
+    @staticmethod
+    def body(request: Request) -> bytes:
+        """The request body's exact bytes (`parsers.request_body`)."""
+        return request_body(request)
