@@ -65,7 +65,7 @@ CREATE TABLE IF NOT EXISTS artifacts (
     type TEXT,
     op TEXT,
     title TEXT,
-    event TEXT NOT NULL,            -- the event JSON as the relay served it
+    event TEXT NOT NULL,            -- the served event, re-encoded compactly (same id and sig)
     UNIQUE (collection_id, slot, d)
 );
 CREATE VIEW IF NOT EXISTS collection_artifacts AS
