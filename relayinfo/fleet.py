@@ -89,11 +89,12 @@ def deregister_instance(*, instance: uuid.UUID) -> None:
 
 def refresh_once() -> None:
     """One refresh: register or touch this instance, expire stale ones, re-evaluate readiness."""
-    from relayinfo.readiness import evaluate_readiness
+    from relayinfo.readiness import reconcile_readiness
 
     register_instance(instance=instance_id())
     expire_stale_instances()
-    evaluate_readiness(use_cache=False)
+    # The only place the sync epoch's episodes are reconciled: request handlers never write.
+    reconcile_readiness()
 
 
 def _run() -> None:
