@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import connection as django_connection
 from django.db import transaction
 
+from artifacts.db import psycopg_connect_kwargs
 from relayinfo.readiness.inspection import inspect_deployment, unreachable_report
 from relayinfo.readiness.report import ReadinessReport
 
@@ -114,22 +115,14 @@ def _own_connection_is_usable() -> bool:
 @contextmanager
 def separate_connection() -> Iterator[psycopg.Connection[Any]]:
     """A short-lived autocommit connection to this deployment, named like every relay one."""
-    params = django_connection.settings_dict
-    options = dict(params.get("OPTIONS") or {})
-    options.pop("pool", None)
-    options.pop("server_side_binding", None)
-    options.pop("isolation_level", None)
-    options.pop("assume_role", None)
-    options["application_name"] = settings.RELAY_APPLICATION_NAME
-    options.setdefault("connect_timeout", 5)
+    kwargs = psycopg_connect_kwargs(django_connection.settings_dict)
+    kwargs["application_name"] = settings.RELAY_APPLICATION_NAME
+    kwargs.setdefault("connect_timeout", 5)
     budget = (
         f"-c statement_timeout={EVALUATION_BUDGET_MS} -c lock_timeout={EVALUATION_BUDGET_MS // 2}"
     )
-    options["options"] = f"{options.get('options', '')} {budget}".strip()
-    conn = psycopg.connect(
-        dbname=params["NAME"], user=params["USER"], password=params["PASSWORD"] or None,
-        host=params["HOST"] or None, port=params["PORT"] or None, autocommit=True, **options,
-    )
+    kwargs["options"] = f"{kwargs.get('options', '')} {budget}".strip()
+    conn = psycopg.connect(autocommit=True, **kwargs)
     try:
         yield conn
     finally:
