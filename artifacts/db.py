@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from django.db import models
+from psycopg import errors as pg_errors
 
 # Keys of DATABASES[...]["OPTIONS"] that Django's PostgreSQL backend consumes itself: libpq
 # would reject them as connection parameters. Every other key (application_name,
@@ -49,3 +50,10 @@ class TransactionNow(models.Func):
 
     template = "now()"
     output_field = models.DateTimeField()
+
+
+def is_statement_timeout(exc: BaseException) -> bool:
+    """`exc` (or the psycopg error Django wrapped in it) is a statement or lock timeout: the
+    budget of the work ran out, which callers answer as "busy, try again", never as a bug."""
+    cause = exc.__cause__ or exc
+    return isinstance(cause, pg_errors.QueryCanceled | pg_errors.LockNotAvailable)

@@ -13,6 +13,7 @@ from nostr.events import (
     sign_event,
     tag_values,
 )
+from nostr.kinds import KIND_CLIENT_AUTH
 from nostr.nip98 import normalize_url
 
 __all__ = [
@@ -24,7 +25,6 @@ __all__ = [
     "verify_auth_event",
 ]
 
-KIND_CLIENT_AUTH = 22242
 WS_DEFAULT_PORTS: Mapping[str, int] = {"ws": 80, "wss": 443}
 # The relay may know its public URL as http(s) (RELAY_PUBLIC_URL): the WebSocket on the same
 # host and port is the ws(s) URL of the same origin.

@@ -26,6 +26,7 @@ from nostr.events import (
     sign_event,
     tag_values,
 )
+from nostr.kinds import KIND_HTTP_AUTH
 
 __all__ = [
     "HTTP_DEFAULT_PORTS",
@@ -37,7 +38,6 @@ __all__ = [
     "verify_nip98",
 ]
 
-KIND_HTTP_AUTH = 27235
 HTTP_DEFAULT_PORTS: Mapping[str, int] = {"http": 80, "https": 443}
 _EMPTY_BODY_SHA256 = hashlib.sha256(b"").hexdigest()
 _NOT_URL_CHARS = re.compile(r"[^\x21-\x7e]")

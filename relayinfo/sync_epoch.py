@@ -1,105 +1,22 @@
-"""The database's sync epoch and identity: what every progress token is bound to.
+"""The sync epoch and database identity, defined in artifacts (the rounds read them there).
 
-A token continues only against the database and epoch it was issued under (PROTOCOL.md sections
-5 and 7). The identity is the cluster's system identifier (pg_control_system()) plus the
-database's oid, so neither a restored copy on another cluster nor a sibling database on the same
-cluster continues a token; a restore of the same cluster keeps both, which is why restores and
-manual data fixes bump the epoch.
+Re-exported here for the callers that still name this module (the HTTP fast path, bench/).
 """
 
 from __future__ import annotations
 
-import threading
+from artifacts.selectors.sync_epoch import (
+    EPOCH_SQL,
+    cached_database_identity,
+    current_sync_state,
+    database_identity,
+)
+from artifacts.services.sync_epoch import bump_epoch
 
-from django.db import connections, transaction
-from django.db.backends.utils import CursorWrapper
-
-# Per process and per database settings: the identity of a database never changes while a
-# process is connected to it, and reading pg_control_system() on every page would be wasted work.
-_identity_cache: dict[tuple[str, str, str, str], str] = {}
-_identity_lock = threading.Lock()
-
-
-def _cache_key(alias: str) -> tuple[str, str, str, str]:
-    params = connections[alias].settings_dict
-    return (str(params["HOST"]), str(params["PORT"]), str(params["NAME"]), alias)
-
-
-def cached_database_identity(alias: str = "default") -> str | None:
-    """The identity once this process has read it, else None."""
-    return _identity_cache.get(_cache_key(alias))
-
-
-def database_identity(cursor: CursorWrapper | None = None, *, alias: str = "default") -> str:
-    """`"<system identifier>/<database oid>"`, read once per process."""
-    key = _cache_key(alias)
-    cached = _identity_cache.get(key)
-    if cached is not None:
-        return cached
-    sql = (
-        "SELECT (SELECT system_identifier FROM pg_control_system())::text || '/' || "
-        "(SELECT oid FROM pg_database WHERE datname = current_database())::text"
-    )
-    if cursor is None:
-        with connections[alias].cursor() as own:
-            own.execute(sql)
-            identity = str(own.fetchone()[0])
-    else:
-        cursor.execute(sql)
-        identity = str(cursor.fetchone()[0])
-    with _identity_lock:
-        _identity_cache[key] = identity
-    return identity
-
-
-# The epoch as an SQL expression, for callers that read it within a larger first statement.
-EPOCH_SQL = "coalesce((SELECT epoch FROM sync_state WHERE id = 1), 0)"
-
-
-def current_sync_state(
-    cursor: CursorWrapper | None = None, *, alias: str = "default"
-) -> tuple[int, str]:
-    """(epoch, database identity); the epoch is read in the caller's snapshot when a cursor is
-    given, so a page checks the epoch of the snapshot it classifies by.
-
-    A database without the row (it was deleted, or a test flush emptied the table) is epoch 0;
-    `bump_epoch` recreates it at 1 or more, so tokens issued meanwhile reset after a bump too.
-    """
-    sql = f"SELECT {EPOCH_SQL}"
-    if cursor is None:
-        with connections[alias].cursor() as own:
-            own.execute(sql)
-            epoch = int(own.fetchone()[0])
-    else:
-        cursor.execute(sql)
-        epoch = int(cursor.fetchone()[0])
-    return epoch, database_identity(cursor, alias=alias)
-
-
-def bump_epoch(*, reason: str, alias: str = "default", past_any_restore: bool = False) -> int:
-    """Move the sync epoch on; every client's next page resets. Returns the new epoch.
-
-    Run by readiness when a non-stamping writer is seen (and when it has left) and by
-    `buzz-admin bump-epoch`. The row lock of the upsert serializes concurrent bumps; each one
-    counts.
-
-    `past_any_restore` (the operator's command, run after a restore): the epoch also jumps to at
-    least the database clock in microseconds since 1970. A restored database's epoch is the one
-    of its backup, and clients may hold tokens of later epochs: counting on by one could land
-    exactly on an epoch they hold (backup at 5, bumped to 6 later, restored to 5, bumped to 6)
-    and let their tokens continue past writes the restore undid. Every epoch ever handed out
-    before the bump is below the clock of the bump (readiness bumps count up by one from values
-    taken earlier), so the jump cannot land on any of them.
-    """
-    floor = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint" if past_any_restore else "0"
-    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO sync_state AS s (id, epoch, bumped_at, reason)"
-            f" VALUES (1, greatest(1, {floor}), now(), %(reason)s)"
-            " ON CONFLICT (id) DO UPDATE"
-            f" SET epoch = greatest(s.epoch + 1, {floor}), bumped_at = now(),"
-            " reason = EXCLUDED.reason"
-            " RETURNING epoch",
-            {"reason": reason[:500]},
-        )
-        return int(cursor.fetchone()[0])
+__all__ = [
+    "EPOCH_SQL",
+    "bump_epoch",
+    "cached_database_identity",
+    "current_sync_state",
+    "database_identity",
+]

@@ -26,7 +26,7 @@ from artifacts.selectors.readability import (
     readable_channels,
     type_allowed,
 )
-from artifacts.ws.filters import KIND_ARTIFACT, KIND_REMOVAL_MARKER
+from nostr.kinds import KIND_ARTIFACT, KIND_REMOVAL_MARKER
 
 __all__ = [
     "ChannelState",

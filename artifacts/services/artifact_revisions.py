@@ -28,9 +28,7 @@ from artifacts.services.errors import Invalid, Restricted
 from artifacts.services.tags import event_id_value, single_tag, uuid_value
 from artifacts.services.transactions import WriteContext, store_event
 from nostr.events import sign_event
-
-KIND_ARTIFACT = 45010
-KIND_REMOVAL = 45011
+from nostr.kinds import KIND_REMOVAL_MARKER
 
 Op = ArtifactRevision.Op
 ENVELOPE_TAGS = ("ar", "d", "h", "type", "title", "op", "root", "prev")
@@ -246,7 +244,7 @@ def _store_removal_marker(
     """The relay-signed 45011 in the source channel: identity, source and replay position only."""
     marker = sign_event(
         settings.RELAY_SIGNING_SECRET,
-        kind=KIND_REMOVAL,
+        kind=KIND_REMOVAL_MARKER,
         tags=[
             ["ar", "1"],
             ["d", str(artifact_id)],

@@ -26,6 +26,7 @@ from uuid import UUID
 from django.db import connection, transaction
 
 from artifacts.models import Event
+from artifacts.services.stamp_lag import record_lag
 from artifacts.signals import access_changed, events_committed
 
 WRITE_STATEMENT_TIMEOUT = "5s"
@@ -94,8 +95,6 @@ def write_transaction(*, community_id: int) -> Iterator[WriteContext]:
 
 
 def _after_commit(ctx: WriteContext) -> None:
-    from artifacts.services.stamp_lag import record_lag
-
     record_lag((time.monotonic() - ctx.started) * 1000.0)
     if ctx.stored:
         events_committed.send(sender=Event, community_id=ctx.community_id, events=ctx.stored)

@@ -36,8 +36,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from artifacts.ws.filters import KIND_ARTIFACT, KIND_REMOVAL_MARKER
 from nostr.events import first_tag
+from nostr.kinds import KIND_ARTIFACT, KIND_REMOVAL_MARKER
 
 __all__ = [
     "EVERY_CHANNEL",

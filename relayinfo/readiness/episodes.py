@@ -15,10 +15,10 @@ from typing import Any
 from django.db import connection as django_connection
 from django.db import transaction
 
+from artifacts.services.sync_epoch import bump_epoch
 from relayinfo.readiness.inspection import inspect_deployment, inspect_fleet
 from relayinfo.readiness.report import FleetReport, ReadinessReport
 from relayinfo.readiness.verdict import evaluate_afresh
-from relayinfo.sync_epoch import bump_epoch
 
 logger = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from artifacts.models import Community
+from artifacts.selectors.sync_epoch import current_sync_state
 from relayinfo import fleet, readiness
 from relayinfo.models import FleetEpisode, RelayInstance
-from relayinfo.sync_epoch import current_sync_state
 from tests.relayinfo.conftest import advertised, connect, fresh, transactional, wait_for
 
 pytestmark = transactional

@@ -17,8 +17,8 @@ from django.db import connection
 from django.test import Client
 
 from artifacts.models import Community
+from artifacts.selectors.sync_epoch import current_sync_state
 from relayinfo.models import FleetEpisode
-from relayinfo.sync_epoch import current_sync_state
 from tests.relayinfo.conftest import HOST, connect, fresh, transactional, wait_for
 
 pytestmark = transactional
