@@ -25,7 +25,7 @@ from django.db import connection
 from artifacts.models import ArtifactRevision
 from artifacts.selectors.permissions import ChannelAccess, channel_access
 from artifacts.services.errors import Invalid, Restricted
-from artifacts.services.tags import event_id_value, single_tag, uuid_value
+from artifacts.services.tags import checked_tag, event_id_value, uuid_value
 from artifacts.services.transactions import WriteContext, store_event
 from nostr.events import sign_event
 from nostr.kinds import KIND_REMOVAL_MARKER
@@ -63,7 +63,7 @@ def parse_envelope(event: dict[str, Any]) -> Envelope:
     """The NIP-AR envelope of a 45010 event; raises `Invalid`."""
     values: dict[str, str] = {}
     for name in ENVELOPE_TAGS:
-        tag = single_tag(event, name, required=False)
+        tag = checked_tag(event, name, required=False)
         if tag is None:
             continue
         if len(tag) != 2:
