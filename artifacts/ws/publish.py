@@ -88,8 +88,10 @@ def community_group(community_id: int) -> str:
     return f"buzzsync.{_namespace()}.c{community_id}"
 
 
-class RedisUnavailable(Exception):
-    """Redis is configured but down (or was within the last seconds): nothing can be published."""
+class FanOutUnavailable(Exception):
+    """Redis is configured but down (or was within the last seconds): nothing can be published
+    to the other instances. (Not `buzzrelay.ratelimit.RedisUnavailable`, which tells an async
+    caller to take the synchronous path and its fallbacks.)"""
 
 
 def _redis() -> Any | None:
@@ -104,7 +106,7 @@ def _redis() -> Any | None:
 
     client = redis_client()
     if client is None:
-        raise RedisUnavailable("Redis is unavailable")
+        raise FanOutUnavailable("Redis is unavailable")
     return client
 
 
