@@ -18,8 +18,6 @@ from nostr.jsonstrict import is_int
 from nostr.kinds import KIND_ARTIFACT, KIND_REMOVAL_MARKER
 
 __all__ = [
-    "KIND_ARTIFACT",
-    "KIND_REMOVAL_MARKER",
     "SYNC_KINDS",
     "Filter",
     "FilterError",
@@ -27,6 +25,7 @@ __all__ = [
     "parse_filter",
 ]
 
+# As a set, for matching; the kinds themselves are nostr.kinds'.
 SYNC_KINDS = frozenset(kinds.SYNC_KINDS)
 # Values per list, as POST /query allows (PROTOCOL.md section 5).
 MAX_FILTER_VALUES = 256
