@@ -1,8 +1,44 @@
-"""Database expressions shared by models, migrations and writers."""
+"""Database helpers shared by models, migrations, writers, reads and the operators' tools."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, cast
+
 from django.db import models
+from psycopg import errors as pg_errors
+
+# Keys of DATABASES[...]["OPTIONS"] that Django's PostgreSQL backend consumes itself: libpq
+# would reject them as connection parameters. Every other key (application_name,
+# connect_timeout, sslmode, ...) is libpq's and is passed through.
+DJANGO_ONLY_OPTIONS = frozenset(
+    {"pool", "isolation_level", "server_side_binding", "assume_role", "context", "cursor_factory",
+     "prepare_threshold"}
+)
+
+
+def psycopg_connect_kwargs(database: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Keyword arguments for `psycopg.connect` (or a psycopg pool) reaching the database that
+    Django's settings `database` (default: DATABASES["default"]) name, as Django connects.
+
+    The libpq parameters (NAME, USER, PASSWORD, HOST, PORT when set, and OPTIONS without
+    Django's own keys) plus psycopg's `prepare_threshold` as Django applies it: None (nothing
+    prepared) unless OPTIONS sets one. The caller adds what its session needs (autocommit,
+    its application_name, timeouts).
+    """
+    if database is None:
+        from django.conf import settings
+
+        database = cast(Mapping[str, Any], settings.DATABASES["default"])
+    options: Mapping[str, Any] = database.get("OPTIONS") or {}
+    kwargs = {key: value for key, value in options.items() if key not in DJANGO_ONLY_OPTIONS}
+    kwargs["dbname"] = database["NAME"]
+    for setting, key in (("USER", "user"), ("PASSWORD", "password"), ("HOST", "host"),
+                         ("PORT", "port")):
+        if database.get(setting):
+            kwargs[key] = str(database[setting])
+    kwargs["prepare_threshold"] = options.get("prepare_threshold")
+    return kwargs
 
 
 class TransactionNow(models.Func):
@@ -14,3 +50,10 @@ class TransactionNow(models.Func):
 
     template = "now()"
     output_field = models.DateTimeField()
+
+
+def is_statement_timeout(exc: BaseException) -> bool:
+    """`exc` (or the psycopg error Django wrapped in it) is a statement or lock timeout: the
+    budget of the work ran out, which callers answer as "busy, try again", never as a bug."""
+    cause = exc.__cause__ or exc
+    return isinstance(cause, pg_errors.QueryCanceled | pg_errors.LockNotAvailable)

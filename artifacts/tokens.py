@@ -67,7 +67,8 @@ class Phase(IntEnum):
 class ProgressToken:
     phase: Phase
     epoch: int
-    # sha256 of the database identity (relayinfo.sync_epoch.database_identity), first 8 bytes.
+    # sha256 of the database identity (artifacts.selectors.sync_epoch.database_identity), first
+    # 8 bytes.
     database: bytes
     round_t: datetime
     # The round's watermark W (continuation rounds); the epoch start for full rounds.

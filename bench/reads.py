@@ -165,9 +165,9 @@ def change(cursor: Any, community_id: int, n: int, k: int, rng: random.Random) -
 def done_token(community_id: int, reader: str, query: Any, at: Any) -> str:
     """A finished round's token with T = `at`, as the page that finished it would seal it."""
     from artifacts.selectors.budget import read_transaction
+    from artifacts.selectors.sync_epoch import current_sync_state
     from artifacts.selectors.view import compute_view_digest, probe_view
     from artifacts.tokens import Phase, ProgressToken, database_tag, encode_progress, token_binding
-    from relayinfo.sync_epoch import current_sync_state
 
     with read_transaction(repeatable_read=True) as cursor:
         epoch, identity = current_sync_state(cursor)
@@ -194,9 +194,9 @@ def explain_buffers(community_id: int, reader: str, at: Any, overlap: timedelta)
 
     from artifacts.selectors.fence import FENCE_SQL
     from artifacts.selectors.round_sql import window_sql
+    from artifacts.selectors.sync_epoch import EPOCH_SQL
     from artifacts.selectors.view import PROBE_COLUMNS, PROBE_FROM
     from artifacts.tokens import Phase
-    from relayinfo.sync_epoch import EPOCH_SQL
 
     params = {
         "community": community_id, "reader": reader, "round_t": None, "low": at - overlap,

@@ -34,7 +34,7 @@ class RetryPolicy:
     def backoff(self, attempt: int) -> float:
         """The wait before retry number ``attempt`` (1, 2, ...): capped exponential, "equal
         jitter" (half fixed, half random), so a wait never collapses to zero."""
-        ceiling = min(self.cap, self.base * 2 ** (attempt - 1))
+        ceiling: float = min(self.cap, self.base * 2 ** (attempt - 1))
         return ceiling / 2 + self.random() * ceiling / 2
 
 

@@ -18,6 +18,7 @@ import orjson
 from buzzclient.errors import ProtocolViolation
 from nostr.events import is_canonical_uuid, is_lower_hex, serialize_event
 from nostr.jsonstrict import is_int
+from nostr.kinds import KIND_ARTIFACT, KIND_REMOVAL_MARKER
 from nostr.schnorr import verify_bytes
 
 # Signature checks dominate a full round's client time (~0.1 ms each). libsecp256k1 runs with
@@ -25,8 +26,6 @@ from nostr.schnorr import verify_bytes
 VERIFY_THREADS = min(4, os.cpu_count() or 1)
 VERIFY_CHUNK = 128
 
-KIND_ARTIFACT = 45010
-KIND_REMOVAL_MARKER = 45011
 _EVENT_FIELDS = ("id", "pubkey", "created_at", "kind", "tags", "content", "sig")
 
 

@@ -28,7 +28,8 @@ from typing import Any
 import orjson
 
 from buzzclient.errors import ConcurrentSync, SyncError
-from buzzclient.page import KIND_REMOVAL_MARKER, ArtifactEvent, Page
+from buzzclient.page import ArtifactEvent, Page
+from nostr.kinds import KIND_REMOVAL_MARKER
 
 logger = logging.getLogger("buzzclient")
 

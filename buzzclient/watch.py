@@ -23,11 +23,12 @@ from websockets.sync.client import ClientConnection, connect
 from buzzclient.backoff import RetryPolicy
 from buzzclient.errors import SyncError, Unauthorized, UnknownCommunity
 from buzzclient.sync import Round, RoundSummary, Syncer
+from nostr.kinds import SYNC_KINDS
 from nostr.nip42 import make_auth_event
 
 logger = logging.getLogger("buzzclient")
 
-LIVE_KINDS = [45010, 45011]
+LIVE_KINDS = list(SYNC_KINDS)
 MAX_TAG_VALUES = 256  # PROTOCOL.md section 5 bounds tag values per filter; REQ filters alike
 SESSION_TIMEOUT = 10.0
 

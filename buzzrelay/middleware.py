@@ -16,16 +16,11 @@ import psycopg
 from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
 from django.db import DatabaseError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
-from psycopg import errors as pg_errors
 
+from artifacts.db import is_statement_timeout
 from buzzrelay.http import CORS_HEADERS, json_error
 
 logger = logging.getLogger(__name__)
-
-def is_statement_timeout(exc: BaseException) -> bool:
-    cause = exc.__cause__ or exc
-    return isinstance(cause, pg_errors.QueryCanceled | pg_errors.LockNotAvailable)
-
 
 def add_cors_headers(response: HttpResponseBase) -> HttpResponseBase:
     """The CORS headers every answer of the relay carries (kept where a view set its own)."""

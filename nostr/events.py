@@ -185,6 +185,36 @@ def tag_values(event: dict[str, Any], name: str) -> list[str]:
     return [tag[1] for tag in event["tags"] if len(tag) > 1 and tag[0] == name]
 
 
+class DuplicateTag(ValueError):
+    """An event carries several tags called `name` where the protocol allows one."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"more than one {name} tag")
+        self.name = name
+
+
+def single_tag(event: dict[str, Any], name: str) -> list[str] | None:
+    """The one tag called ``name`` (with or without a value), or ``None`` when there is none.
+
+    Raises ``DuplicateTag`` when several are called ``name``, valued or not: with two, a verifier
+    and a reader of the same event could disagree on which one counts.
+    """
+    found = [tag for tag in event["tags"] if tag and tag[0] == name]
+    if len(found) > 1:
+        raise DuplicateTag(name)
+    return found[0] if found else None
+
+
+def single_tag_value(event: dict[str, Any], name: str) -> str | None:
+    """The value of the one tag called ``name``; ``None`` when it is absent or has no value.
+    Raises ``DuplicateTag`` as ``single_tag`` does."""
+    tag = single_tag(event, name)
+    if tag is None or len(tag) < 2:
+        return None
+    value: str = tag[1]
+    return value
+
+
 def first_tag(event: dict[str, Any], name: str) -> str | None:
     """The value of the first tag called ``name`` that has a value, or ``None``."""
     for tag in event["tags"]:

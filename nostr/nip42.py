@@ -6,13 +6,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from nostr.events import (
+    DuplicateTag,
     EventLimits,
     InvalidEvent,
     check_signature,
     parse_event_unverified,
     sign_event,
-    tag_values,
+    single_tag_value,
 )
+from nostr.kinds import KIND_CLIENT_AUTH
 from nostr.nip98 import normalize_url
 
 __all__ = [
@@ -24,7 +26,6 @@ __all__ = [
     "verify_auth_event",
 ]
 
-KIND_CLIENT_AUTH = 22242
 WS_DEFAULT_PORTS: Mapping[str, int] = {"ws": 80, "wss": 443}
 # The relay may know its public URL as http(s) (RELAY_PUBLIC_URL): the WebSocket on the same
 # host and port is the ws(s) URL of the same origin.
@@ -92,11 +93,11 @@ def make_auth_event(
 
 
 def _single_tag(event: dict[str, Any], name: str) -> str | None:
-    values = tag_values(event, name)
-    if len(values) != 1:
-        # None (absent) or several: several would let two readers disagree on the value.
+    try:
+        return single_tag_value(event, name)
+    except DuplicateTag:
+        # Several would let two readers disagree on the value: refused as "needs exactly one".
         return None
-    return values[0]
 
 
 def _check_relay(event: dict[str, Any], relay_url: str) -> None:

@@ -19,13 +19,15 @@ from urllib.parse import urlsplit
 import orjson
 
 from nostr.events import (
+    DuplicateTag,
     EventLimits,
     InvalidEvent,
     check_signature,
     parse_event_unverified,
     sign_event,
-    tag_values,
+    single_tag_value,
 )
+from nostr.kinds import KIND_HTTP_AUTH
 
 __all__ = [
     "HTTP_DEFAULT_PORTS",
@@ -37,7 +39,6 @@ __all__ = [
     "verify_nip98",
 ]
 
-KIND_HTTP_AUTH = 27235
 HTTP_DEFAULT_PORTS: Mapping[str, int] = {"http": 80, "https": 443}
 _EMPTY_BODY_SHA256 = hashlib.sha256(b"").hexdigest()
 _NOT_URL_CHARS = re.compile(r"[^\x21-\x7e]")
@@ -191,11 +192,11 @@ def _decode_header(authorization: str | None, max_header_bytes: int) -> bytes:
 
 
 def _single_tag(event: dict[str, Any], name: str) -> str | None:
-    values = tag_values(event, name)
-    if len(values) > 1:
+    try:
+        return single_tag_value(event, name)
+    except DuplicateTag:
         # Two `u` (or `method`, `payload`) tags would let a verifier and a reader disagree.
-        raise Nip98Error(f"auth event has more than one {name} tag")
-    return values[0] if values else None
+        raise Nip98Error(f"auth event has more than one {name} tag") from None
 
 
 def _check_url(event: dict[str, Any], url: str) -> None:

@@ -26,6 +26,8 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection, connections
 
+from relayinfo.readiness.verdict import on_unrecorded_episode
+
 logger = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
@@ -36,6 +38,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _lock = threading.Lock()
 _stop = threading.Event()
+_wake = threading.Event()
 _thread: threading.Thread | None = None
 _identity: tuple[int, uuid.UUID] | None = None  # (pid, instance id): a forked child gets its own
 _atexit_registered = False
@@ -89,11 +92,12 @@ def deregister_instance(*, instance: uuid.UUID) -> None:
 
 def refresh_once() -> None:
     """One refresh: register or touch this instance, expire stale ones, re-evaluate readiness."""
-    from relayinfo.readiness import evaluate_readiness
+    from relayinfo.readiness import reconcile_readiness
 
     register_instance(instance=instance_id())
     expire_stale_instances()
-    evaluate_readiness(use_cache=False)
+    # The only place the sync epoch's episodes are reconciled: request handlers never write.
+    reconcile_readiness()
 
 
 def _run() -> None:
@@ -106,7 +110,10 @@ def _run() -> None:
         finally:
             # Hold no connection between refreshes (this thread's connections only).
             connections.close_all()
-        if _stop.wait(interval):
+        # Woken early when a request's verdict saw an item-4 failure nobody recorded yet.
+        _wake.wait(interval)
+        _wake.clear()
+        if _stop.is_set():
             return
 
 
@@ -119,6 +126,7 @@ def start_fleet_registration() -> bool:
         _stop.clear()
         _thread = threading.Thread(target=_run, name="buzz-fleet-registry", daemon=True)
         _thread.start()
+        on_unrecorded_episode(_wake.set)
         if not _atexit_registered:
             atexit.register(stop_fleet_registration)
             _atexit_registered = True
@@ -132,7 +140,9 @@ def stop_fleet_registration() -> None:
         thread, _thread = _thread, None
     if thread is None:
         return
+    on_unrecorded_episode(None)
     _stop.set()
+    _wake.set()
     thread.join(timeout=5)
     try:
         deregister_instance(instance=instance_id())

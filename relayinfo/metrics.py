@@ -19,6 +19,10 @@ from typing import Any
 
 from django.core.cache import cache
 
+from artifacts.selectors.sync_epoch import current_sync_state
+from artifacts.services.stamp_lag import stamp_lag_summary
+from relayinfo.readiness import evaluate_readiness
+
 logger = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 5.0
@@ -297,10 +301,6 @@ def process_totals() -> ProcessTotals:
 def stamp_lag(window_seconds: int = 3600) -> dict[str, float | int | None] | None:
     """The writers' stamp-to-commit lag over the window: {max_ms, p99_ms, samples}, or None."""
     try:
-        from artifacts.services.stamp_lag import stamp_lag_summary
-    except ImportError:  # writers that record lag are not installed in this build
-        return None
-    try:
         return dict(stamp_lag_summary(window_seconds=window_seconds))
     except Exception as exc:
         logger.warning("stamp lag unavailable: %s", exc)
@@ -319,9 +319,6 @@ def _help(out: list[str], name: str, kind: str, text: str) -> None:
 
 def prometheus_exposition() -> str:
     """Prometheus text format: this process's counters, and the deployment's shared gauges."""
-    from relayinfo.readiness import evaluate_readiness
-    from relayinfo.sync_epoch import current_sync_state
-
     out: list[str] = []
     report = evaluate_readiness()
     _help(out, "buzz_deployment_ready", "gauge", "1 while PROTOCOL.md section 7 holds")

@@ -13,9 +13,9 @@ from typing import Any
 from django.conf import settings
 
 from artifacts.models import Community
+from nostr.kinds import SYNC_KINDS
 
 SUPPORTED_NIPS = (1, 11, 42, 98)
-SYNC_KINDS = (45010, 45011)
 
 
 def limitation() -> dict[str, Any]:

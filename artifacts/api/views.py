@@ -26,6 +26,7 @@ from artifacts.selectors.async_reads import (
 from artifacts.selectors.filters import InvalidFilter, QueryFilter, parse_query_body
 from artifacts.selectors.plain_reads import plain_query
 from artifacts.selectors.rounds import CommunityGone, Page, RoundRequest, prepare_round, read_page
+from artifacts.selectors.sync_epoch import cached_database_identity, database_identity
 from artifacts.services.ingest import ingest_event
 from artifacts.tokens import InvalidProgress
 from artifacts.ws.dbcall import run_db
@@ -34,7 +35,6 @@ from buzzrelay.edge.openapi import JSON, Answer, RelayAutoSchema, error_answer, 
 from buzzrelay.edge.views import RelayAPIView
 from relayinfo.metrics import flush_metrics, record_round
 from relayinfo.readiness import cached_readiness, deployment_ready
-from relayinfo.sync_epoch import cached_database_identity, database_identity
 
 __all__ = ["EventView", "QueryView", "record_page", "render_page"]
 

@@ -22,6 +22,7 @@ from django.conf import settings
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
+from artifacts.db import psycopg_connect_kwargs
 from artifacts.models import Community
 from artifacts.selectors.budget import read_settings_sql
 from artifacts.selectors.communities import community_from_row, lookup_statement
@@ -44,28 +45,13 @@ def _begin_and_lookup() -> str:
     return f"{_BEGIN}; {lookup_statement()}"
 
 
-def _connection_kwargs() -> dict[str, Any]:
-    database: dict[str, Any] = settings.DATABASES["default"]
-    options: dict[str, Any] = database.get("OPTIONS", {})
-    # Django's own keys; the rest (application_name, connect_timeout, sslmode...) are libpq's.
-    django_only = ("pool", "prepare_threshold")
-    kwargs = {key: value for key, value in options.items() if key not in django_only}
-    for setting, key in (("NAME", "dbname"), ("USER", "user"), ("PASSWORD", "password"),
-                         ("HOST", "host"), ("PORT", "port")):
-        if database.get(setting):
-            kwargs[key] = database[setting]
-    kwargs["autocommit"] = True
-    kwargs["prepare_threshold"] = options.get("prepare_threshold")
-    return kwargs
-
-
 async def connection_pool() -> AsyncConnectionPool:
     """This event loop's pool (at most DATABASE_POOL_SIZE connections), opened on first use."""
     loop = asyncio.get_running_loop()
     pool = _pools.get(loop)
     if pool is None:
         pool = AsyncConnectionPool(
-            kwargs=_connection_kwargs(),
+            kwargs={**psycopg_connect_kwargs(), "autocommit": True},
             min_size=1,
             max_size=settings.CONFIG.database_pool_size,
             timeout=5,

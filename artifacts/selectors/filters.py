@@ -18,8 +18,8 @@ from django.conf import settings
 
 from nostr.events import is_canonical_uuid
 from nostr.jsonstrict import StrictJSONError, is_int, loads_strict
+from nostr.kinds import KIND_ARTIFACT
 
-ARTIFACT_KIND = 45010
 DEFAULT_LIMIT = 100
 # The largest `limit` is settings.RELAY_MAX_LIMIT, the value NIP-11 announces (read per request).
 MAX_OFFSET = 10_000
@@ -99,10 +99,10 @@ def parse_filter(raw: Any) -> QueryFilter:
     artifact = raw.get("artifact")
     if artifact not in ("current", "history"):
         raise InvalidFilter('"artifact" must be "current" or "history"')
-    kinds = raw.get("kinds", [ARTIFACT_KIND])
+    kinds = raw.get("kinds", [KIND_ARTIFACT])
     # `is_int` as well: 45010.0 == 45010 in Python, and a float is not a kind.
-    if not (isinstance(kinds, list) and kinds == [ARTIFACT_KIND] and is_int(kinds[0])):
-        raise InvalidFilter(f'"kinds" must be [{ARTIFACT_KIND}]')
+    if not (isinstance(kinds, list) and kinds == [KIND_ARTIFACT] and is_int(kinds[0])):
+        raise InvalidFilter(f'"kinds" must be [{KIND_ARTIFACT}]')
     limit = _int_in(raw, "limit", DEFAULT_LIMIT, 1, settings.RELAY_MAX_LIMIT)
     offset = _int_in(raw, "offset", 0, 0, MAX_OFFSET)
     incremental = "progress" in raw

@@ -12,6 +12,7 @@ from uuid import UUID
 from django.db import connection
 
 from artifacts.models import Channel, ChannelMember
+from artifacts.selectors.readability import channel_is_readable, type_is_allowed
 
 _ACCESS_SQL = """
 SELECT co.artifacts_enabled, co.artifact_types, co.open_channel_creation,
@@ -46,7 +47,11 @@ class ChannelAccess:
     @property
     def readable(self) -> bool:
         """Open, or the pubkey is an active member (community admins get no read rights)."""
-        return self.exists and (self.visibility == Channel.Visibility.OPEN or self.role is not None)
+        return channel_is_readable(
+            exists=self.exists,
+            open=self.visibility == Channel.Visibility.OPEN,
+            member=self.role is not None,
+        )
 
     @property
     def writable(self) -> bool:
@@ -58,7 +63,7 @@ class ChannelAccess:
         return self.exists and (self.role in MANAGER_ROLES or self.community_admin)
 
     def allows_type(self, artifact_type: str) -> bool:
-        return self.artifact_types is None or artifact_type in self.artifact_types
+        return type_is_allowed(artifact_type, self.artifact_types)
 
 
 def channel_access(*, community_id: int, channel_id: UUID, pubkey: str) -> ChannelAccess:

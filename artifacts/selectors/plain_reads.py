@@ -11,12 +11,7 @@ from typing import Any
 
 from artifacts.selectors.budget import read_transaction
 from artifacts.selectors.filters import QueryFilter
-from artifacts.selectors.readability import (
-    channel_readable,
-    head_readable,
-    in_values,
-    policy_allows,
-)
+from artifacts.selectors.readability import head_readable, in_values, revision_readable
 
 # Tags with a column of their own; every other `#<name>` is matched in the event's tags.
 _CURRENT_COLUMNS = {"d": ("h.artifact_id", True), "h": ("h.channel_id", True),
@@ -64,8 +59,6 @@ def plain_query(*, community_id: int, reader: str, query: QueryFilter) -> list[s
              ORDER BY h.created_at DESC, h.event_id ASC
              LIMIT %(limit)s OFFSET %(offset)s"""
     else:
-        # A revision is served when its own channel is readable now (PROTOCOL.md section 1),
-        # its event is not redacted, and the community's policy allows the artifact's type.
         sql = f"""
             SELECT e.raw
               FROM artifact_revisions r
@@ -73,8 +66,7 @@ def plain_query(*, community_id: int, reader: str, query: QueryFilter) -> list[s
                 ON h.community_id = r.community_id AND h.artifact_id = r.artifact_id
               JOIN communities co ON co.id = r.community_id
               JOIN events e ON e.community_id = r.community_id AND e.event_id = r.event_id
-             WHERE r.community_id = %(community)s AND e.deleted_at IS NULL
-                   AND {policy_allows('h.artifact_type')} AND {channel_readable('r.channel_id')}
+             WHERE r.community_id = %(community)s AND {revision_readable('r', 'h', 'e')}
                    {_tag_predicates(query, _HISTORY_COLUMNS, params)}
              ORDER BY r.created_at DESC, r.event_id ASC
              LIMIT %(limit)s OFFSET %(offset)s"""

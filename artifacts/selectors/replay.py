@@ -19,7 +19,14 @@ from uuid import UUID
 from django.db import connection
 
 from artifacts.selectors.budget import read_transaction
-from artifacts.ws.filters import KIND_ARTIFACT, KIND_REMOVAL_MARKER
+from artifacts.selectors.readability import (
+    ANY_READER,
+    channel_is_readable,
+    policy_is_allowing,
+    readable_channels,
+    type_allowed,
+)
+from nostr.kinds import KIND_ARTIFACT, KIND_REMOVAL_MARKER
 
 __all__ = [
     "ChannelState",
@@ -34,22 +41,19 @@ ReplayRow = tuple[int, str, str]  # (created_at, event_id, raw)
 
 # The readable channels (limited to `#h` when given) under the community's policy: no row at all
 # while artifacts are disabled, because `policy` is then empty.
-_READABLE = """
+def _readable(channels: bool) -> str:
+    return f"""
 policy AS (
     SELECT artifact_types FROM communities WHERE id = %(community)s AND artifacts_enabled
 ),
-readable AS (
-    SELECT c.channel_id FROM channels c, policy
-    WHERE c.community_id = %(community)s AND c.deleted_at IS NULL {channel_predicate}
-      AND (c.visibility = 'open' OR EXISTS (
-            SELECT 1 FROM channel_members m
-            WHERE m.community_id = c.community_id AND m.channel_id = c.channel_id
-              AND m.pubkey = ANY(%(pubkeys)s::text[]) AND m.removed_at IS NULL))
+readable AS ({readable_channels("channels" if channels else None, readers=ANY_READER,
+                                also_from=", policy")}
 )"""
+
 
 # Current heads, delete tombstones included; a redacted head event is never served.
 # Uses artifact_heads_channel (community_id, channel_id, artifact_id).
-_HEADS = """
+_HEADS = f"""
 SELECT h.created_at, h.event_id, e.raw
 FROM artifact_heads h
 JOIN policy ON TRUE
@@ -57,8 +61,8 @@ JOIN events e ON e.community_id = h.community_id AND e.event_id = h.event_id
 WHERE h.community_id = %(community)s
   AND h.channel_id IN (SELECT channel_id FROM readable)
   AND e.deleted_at IS NULL
-  AND (policy.artifact_types IS NULL OR h.artifact_type = ANY(policy.artifact_types))
-  {predicates}
+  AND {type_allowed("h.artifact_type", "policy.artifact_types")}
+  {{predicates}}
 ORDER BY h.created_at DESC, h.event_id
 LIMIT %(limit)s"""
 
@@ -109,10 +113,8 @@ def replay_events(
         "pubkeys": sorted(pubkeys),
         "limit": limit,
     }
-    channel_predicate = ""
     if channels is not None:
         params["channels"] = [UUID(c) for c in channels]
-        channel_predicate = "AND c.channel_id = ANY(%(channels)s::uuid[])"
     common: list[str] = []
     if ids is not None:
         params["ids"] = sorted(ids)
@@ -143,7 +145,7 @@ def replay_events(
     union = " UNION ALL ".join(f"({branch})" for branch in branches)
     sql = (
         "WITH "
-        + _READABLE.format(channel_predicate=channel_predicate)
+        + _readable(channels is not None)
         + f"\nSELECT * FROM ({union}) AS replay ORDER BY 1 DESC, 2 LIMIT %(limit)s"
     )
     # Under the read budget (2 s), like every read.
@@ -162,11 +164,9 @@ class ChannelState:
     members: frozenset[str]  # active members (only loaded for private channels)
 
     def readable_by_any(self, pubkeys: Collection[str]) -> bool:
-        if not self.exists:
-            return False
-        if self.open:
-            return True
-        return any(p in self.members for p in pubkeys)
+        return channel_is_readable(
+            exists=self.exists, open=self.open, member=any(p in self.members for p in pubkeys)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +176,8 @@ class CommunityPolicy:
     artifact_types: frozenset[str] | None  # None: every type is allowed
 
     def allows(self, artifact_type: str | None) -> bool:
-        if not self.artifacts_enabled:
-            return False
-        return self.artifact_types is None or (
-            artifact_type is not None and artifact_type in self.artifact_types
+        return policy_is_allowing(
+            artifact_type, enabled=self.artifacts_enabled, allowed_types=self.artifact_types
         )
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from artifacts.selectors.readability import channel_readable
+from artifacts.selectors.readability import channel_readable, channel_row_readable, head_shown
 from artifacts.tokens import Phase
 
 # Position columns of each stream, in index order.
@@ -103,11 +103,7 @@ def window_sql(phase: Phase, *, with_cursor: bool, has_channels: bool, has_types
             SELECT ch.channel_id FROM (SELECT DISTINCT channel_id FROM s) x
               JOIN channels ch
                 ON ch.community_id = %(community)s AND ch.channel_id = x.channel_id
-             WHERE ch.deleted_at IS NULL
-               AND (ch.visibility = 'open' OR EXISTS (
-                    SELECT 1 FROM channel_members m
-                     WHERE m.community_id = %(community)s AND m.channel_id = ch.channel_id
-                       AND m.pubkey = %(reader)s AND m.removed_at IS NULL))
+             WHERE {channel_row_readable("ch")}
                    {_narrow("ch.channel_id", channels_param, "uuid")}"""
     candidates = f"""
             SELECT s.at, s.pos, s.pos::text AS key, s.artifact_id, s.event_id, s.deleted,
@@ -118,7 +114,7 @@ def window_sql(phase: Phase, *, with_cursor: bool, has_channels: bool, has_types
         hits = f"""
             SELECT c.at, c.pos, c.key, c.artifact_id, e.raw, NULL::text AS reason
               FROM c CROSS JOIN LATERAL ({_HEAD_EVENT}) e
-             WHERE c.home_ok AND NOT c.deleted AND e.deleted_at IS NULL
+             WHERE c.home_ok AND {head_shown("c.deleted", "e.deleted_at")}
              ORDER BY c.at, c.pos LIMIT %(want)s"""
     else:
         moved_from_readable = f"""EXISTS (
@@ -129,7 +125,7 @@ def window_sql(phase: Phase, *, with_cursor: bool, has_channels: bool, has_types
                    AND {channel_readable("mv.source_channel_id")})"""
         hits = f"""
             SELECT c.at, c.pos, c.key, c.artifact_id,
-                   CASE WHEN c.home_ok AND NOT c.deleted AND e.deleted_at IS NULL
+                   CASE WHEN c.home_ok AND {head_shown("c.deleted", "e.deleted_at")}
                         THEN e.raw END AS raw,
                    CASE WHEN NOT c.home_ok THEN 'moved'
                         WHEN c.deleted THEN 'deleted'

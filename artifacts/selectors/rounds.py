@@ -36,6 +36,7 @@ from artifacts.selectors.budget import execute_prepared, read_transaction
 from artifacts.selectors.fence import CACHE_SECONDS, read_fence
 from artifacts.selectors.filters import QueryFilter
 from artifacts.selectors.round_sql import window_sql
+from artifacts.selectors.sync_epoch import EPOCH_SQL, database_identity
 from artifacts.selectors.view import (
     PROBE_COLUMNS,
     PROBE_FROM,
@@ -54,7 +55,6 @@ from artifacts.tokens import (
     encode_progress,
     token_binding,
 )
-from relayinfo.sync_epoch import EPOCH_SQL, database_identity
 
 # Candidate rows one page may examine, across its phases: the bounded work of a page.
 SCAN_BUDGET = 4000
@@ -210,7 +210,7 @@ def page_steps(
     transaction under the read budget, and runs each statement yielded here in it, sending the
     rows back: the first one takes the snapshot. Written once for both drivers, the synchronous
     one (`run_steps`, Django's connection) and the HTTP fast path's asynchronous one.
-    `identity`: the database's identity (relayinfo.sync_epoch.database_identity).
+    `identity`: the database's identity (artifacts.selectors.sync_epoch.database_identity).
     """
     query = request.query
     if overlap is None:

@@ -25,12 +25,10 @@ from django.db import connection
 from artifacts.models import ArtifactRevision
 from artifacts.selectors.permissions import ChannelAccess, channel_access
 from artifacts.services.errors import Invalid, Restricted
-from artifacts.services.tags import event_id_value, single_tag, uuid_value
+from artifacts.services.tags import checked_tag, event_id_value, uuid_value
 from artifacts.services.transactions import WriteContext, store_event
 from nostr.events import sign_event
-
-KIND_ARTIFACT = 45010
-KIND_REMOVAL = 45011
+from nostr.kinds import KIND_REMOVAL_MARKER
 
 Op = ArtifactRevision.Op
 ENVELOPE_TAGS = ("ar", "d", "h", "type", "title", "op", "root", "prev")
@@ -65,7 +63,7 @@ def parse_envelope(event: dict[str, Any]) -> Envelope:
     """The NIP-AR envelope of a 45010 event; raises `Invalid`."""
     values: dict[str, str] = {}
     for name in ENVELOPE_TAGS:
-        tag = single_tag(event, name, required=False)
+        tag = checked_tag(event, name, required=False)
         if tag is None:
             continue
         if len(tag) != 2:
@@ -246,7 +244,7 @@ def _store_removal_marker(
     """The relay-signed 45011 in the source channel: identity, source and replay position only."""
     marker = sign_event(
         settings.RELAY_SIGNING_SECRET,
-        kind=KIND_REMOVAL,
+        kind=KIND_REMOVAL_MARKER,
         tags=[
             ["ar", "1"],
             ["d", str(artifact_id)],

@@ -19,7 +19,7 @@ from artifacts.models import Channel, ChannelMember
 from artifacts.selectors.permissions import channel_access
 from artifacts.services.errors import Invalid, Restricted
 from artifacts.services.members import member_put
-from artifacts.services.tags import channel_tag, single_tag, text_value, visibility_flag
+from artifacts.services.tags import channel_tag, checked_tag, text_value, visibility_flag
 from artifacts.services.transactions import (
     WriteContext,
     bump_listing,
@@ -166,7 +166,7 @@ def channel_unarchive(*, community_id: int, channel_id: UUID) -> bool:
 def channel_create_event(*, ctx: WriteContext, event: dict[str, Any], now: int) -> None:
     """Kind 9007: community admins, or anyone when the community allows open creation."""
     channel_id = channel_tag(event)
-    name_tag = single_tag(event, "name")
+    name_tag = checked_tag(event, "name")
     assert name_tag is not None
     visibility = visibility_flag(event) or Visibility.OPEN
     actor = channel_access(
@@ -186,7 +186,7 @@ def channel_create_event(*, ctx: WriteContext, event: dict[str, Any], now: int) 
 def channel_update_event(*, ctx: WriteContext, event: dict[str, Any], now: int) -> None:
     """Kind 9002: channel owners and admins, and community admins."""
     channel_id = channel_tag(event)
-    name_tag = single_tag(event, "name", required=False)
+    name_tag = checked_tag(event, "name", required=False)
     visibility = visibility_flag(event)
     actor = channel_access(
         community_id=ctx.community_id, channel_id=channel_id, pubkey=event["pubkey"]

@@ -19,12 +19,9 @@ import orjson
 from django.conf import settings
 from django.db import DatabaseError, OperationalError
 
+from artifacts.db import is_statement_timeout
 from artifacts.models import Community
-from artifacts.services.artifact_revisions import (
-    KIND_ARTIFACT,
-    KIND_REMOVAL,
-    artifact_revision_accept,
-)
+from artifacts.services.artifact_revisions import artifact_revision_accept
 from artifacts.services.channels import (
     channel_create_event,
     channel_delete_event,
@@ -35,7 +32,6 @@ from artifacts.services.members import member_put_event, member_remove_event
 from artifacts.services.redactions import event_redact_event
 from artifacts.services.tags import channel_tag
 from artifacts.services.transactions import WriteContext, store_event, write_transaction
-from buzzrelay.middleware import is_statement_timeout
 from nostr.events import (
     DEFAULT_LIMITS,
     EventLimits,
@@ -43,6 +39,16 @@ from nostr.events import (
     check_signature,
     is_lower_hex,
     parse_event_unverified,
+)
+from nostr.kinds import (
+    KIND_ARTIFACT,
+    KIND_CREATE_CHANNEL,
+    KIND_DELETE_CHANNEL,
+    KIND_EDIT_CHANNEL,
+    KIND_PUT_MEMBER,
+    KIND_REDACTION,
+    KIND_REMOVAL_MARKER,
+    KIND_REMOVE_MEMBER,
 )
 
 logger = logging.getLogger(__name__)
@@ -56,13 +62,13 @@ def _relay_only(*, ctx: WriteContext, event: dict[str, Any], now: int) -> None:
 
 HANDLERS: dict[int, Handler] = {
     KIND_ARTIFACT: artifact_revision_accept,
-    KIND_REMOVAL: _relay_only,
-    9000: member_put_event,
-    9001: member_remove_event,
-    9002: channel_update_event,
-    9005: event_redact_event,
-    9007: channel_create_event,
-    9008: channel_delete_event,
+    KIND_REMOVAL_MARKER: _relay_only,
+    KIND_PUT_MEMBER: member_put_event,
+    KIND_REMOVE_MEMBER: member_remove_event,
+    KIND_EDIT_CHANNEL: channel_update_event,
+    KIND_REDACTION: event_redact_event,
+    KIND_CREATE_CHANNEL: channel_create_event,
+    KIND_DELETE_CHANNEL: channel_delete_event,
 }
 ACCEPTED_KINDS = frozenset(HANDLERS)
 

@@ -15,7 +15,7 @@ from django.db import connection
 from artifacts.models import ChannelMember
 from artifacts.selectors.permissions import channel_access
 from artifacts.services.errors import Invalid, Restricted
-from artifacts.services.tags import channel_tag, pubkey_value, single_tag
+from artifacts.services.tags import channel_tag, checked_tag, pubkey_value
 from artifacts.services.transactions import WriteContext, write_transaction
 
 Role = ChannelMember.Role
@@ -113,7 +113,7 @@ _MANAGERS = (Role.OWNER, Role.ADMIN)
 
 
 def _target(event: dict[str, Any], *, with_role: bool) -> tuple[str, str]:
-    tag = single_tag(event, "p")
+    tag = checked_tag(event, "p")
     assert tag is not None
     pubkey = pubkey_value(tag[1], "p")
     role = Role.MEMBER.value

@@ -14,10 +14,11 @@ from django.db import connection
 
 from artifacts.selectors.permissions import channel_access
 from artifacts.services.errors import Invalid, Restricted
-from artifacts.services.tags import channel_tag, event_id_value, single_tag
+from artifacts.services.tags import channel_tag, checked_tag, event_id_value
 from artifacts.services.transactions import WriteContext, write_transaction
+from nostr.kinds import CHANNEL_KINDS, KIND_ARTIFACT
 
-REDACTABLE_KINDS = frozenset({45010, 9000, 9001, 9002, 9005, 9007, 9008})
+REDACTABLE_KINDS = frozenset({KIND_ARTIFACT, *CHANNEL_KINDS})
 
 
 def event_redact(*, community_id: int, event_id: str) -> bool:
@@ -35,7 +36,7 @@ def event_redact(*, community_id: int, event_id: str) -> bool:
         row = cursor.fetchone()
         if row is None:
             return False
-        if row[0] == 45010:
+        if row[0] == KIND_ARTIFACT:
             cursor.execute(
                 "UPDATE artifact_revisions SET modified_at = statement_timestamp()"
                 " WHERE community_id = %s AND event_id = %s",
@@ -56,7 +57,7 @@ def event_redact_event(*, ctx: WriteContext, event: dict[str, Any], now: int) ->
     target), every refusal reads the same, whether the channel or event exists or not.
     """
     channel_id = channel_tag(event)
-    e_tag = single_tag(event, "e")
+    e_tag = checked_tag(event, "e")
     assert e_tag is not None
     target_id = event_id_value(e_tag[1], "e")
     pubkey = event["pubkey"]

@@ -87,13 +87,18 @@ def stamp_lag_summary(window_seconds: int = 3600) -> dict[str, Any]:
     """Max and p99 of the stamp-to-commit lag over the window (this process's buffer included).
 
     `{"max_ms": float | None, "p99_ms": float | None, "samples": int}`; None without samples.
+    Read-only: /metrics and the staff page call it, and request handlers never write, so the
+    buffer is read beside the table rather than flushed into it.
     """
-    flush_lag_samples()
+    with _lock:
+        pending = _pending[:]
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT max(lag_ms), percentile_cont(0.99) WITHIN GROUP (ORDER BY lag_ms), count(*)"
-            " FROM writer_lag_samples WHERE recorded_at >= now() - make_interval(secs => %s)",
-            [window_seconds],
+            " FROM (SELECT lag_ms FROM writer_lag_samples"
+            "        WHERE recorded_at >= now() - make_interval(secs => %s)"
+            "       UNION ALL SELECT unnest(%s::float8[])) s",
+            [window_seconds, pending],
         )
         row = cursor.fetchone()
     assert row is not None

@@ -9,23 +9,24 @@ from typing import Any
 from uuid import UUID
 
 from artifacts.services.errors import Invalid
-from nostr.events import is_canonical_uuid, is_lower_hex
+from nostr.events import DuplicateTag, is_canonical_uuid, is_lower_hex, single_tag
 
 NIL_UUID = "00000000-0000-0000-0000-000000000000"
 
 
-def single_tag(event: dict[str, Any], name: str, *, required: bool = True) -> list[str] | None:
-    """The one tag called `name` (None when absent and not required)."""
-    found = [tag for tag in event["tags"] if tag[0] == name]
-    if len(found) > 1:
-        raise Invalid(f"more than one {name} tag")
-    if not found:
+def checked_tag(event: dict[str, Any], name: str, *, required: bool = True) -> list[str] | None:
+    """The one tag called `name`, with a value (None when absent and not required)."""
+    try:
+        tag = single_tag(event, name)
+    except DuplicateTag as exc:
+        raise Invalid(str(exc)) from None
+    if tag is None:
         if required:
             raise Invalid(f"missing {name} tag")
         return None
-    if len(found[0]) < 2:
+    if len(tag) < 2:
         raise Invalid(f"{name} tag has no value")
-    return found[0]
+    return tag
 
 
 def uuid_value(value: str, name: str) -> UUID:
@@ -36,7 +37,7 @@ def uuid_value(value: str, name: str) -> UUID:
 
 def channel_tag(event: dict[str, Any]) -> UUID:
     """The `h` tag every relay-managed kind carries: the channel the event belongs to."""
-    tag = single_tag(event, "h")
+    tag = checked_tag(event, "h")
     assert tag is not None
     return uuid_value(tag[1], "h")
 

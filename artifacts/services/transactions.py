@@ -26,7 +26,8 @@ from uuid import UUID
 from django.db import connection, transaction
 
 from artifacts.models import Event
-from artifacts.signals import access_changed, events_committed
+from artifacts.services.stamp_lag import record_lag
+from artifacts.signals import StoredEvent, access_changed, events_committed
 
 WRITE_STATEMENT_TIMEOUT = "5s"
 # Waiting for a competing writer of the same head or channel normally takes milliseconds;
@@ -41,7 +42,7 @@ class WriteContext:
     # of the transaction is taken later, so "now - started" at commit bounds the
     # stamp-to-commit lag from above without asking the database for the time again.
     started: float
-    stored: list[dict[str, Any]] = field(default_factory=list)
+    stored: list[StoredEvent] = field(default_factory=list)
     # Channels whose readability changed; `access_everywhere` for community-wide changes.
     access_channels: set[str] = field(default_factory=set)
     access_everywhere: bool = False
@@ -55,12 +56,12 @@ class WriteContext:
 
     def announce(self, *, event: dict[str, Any], raw: str, channel_id: UUID | None) -> None:
         self.stored.append(
-            {
-                "event": event,
-                "raw": raw,
-                "kind": event["kind"],
-                "channel_id": str(channel_id) if channel_id is not None else None,
-            }
+            StoredEvent(
+                event=event,
+                raw=raw,
+                kind=event["kind"],
+                channel_id=str(channel_id) if channel_id is not None else None,
+            )
         )
 
 
@@ -94,8 +95,6 @@ def write_transaction(*, community_id: int) -> Iterator[WriteContext]:
 
 
 def _after_commit(ctx: WriteContext) -> None:
-    from artifacts.services.stamp_lag import record_lag
-
     record_lag((time.monotonic() - ctx.started) * 1000.0)
     if ctx.stored:
         events_committed.send(sender=Event, community_id=ctx.community_id, events=ctx.stored)

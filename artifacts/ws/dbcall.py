@@ -5,12 +5,14 @@ process would queue on ONE thread. Pages, replays, ingests and access loads are 
 they run on a small pool of threads of their own instead. Each thread keeps its Django
 connection from one call to the next, so at most `WS_DB_THREADS` connections per process serve
 the event loop, and a call pays no pool checkout (whose health check is a round trip: 10% of a
-round's time in a profile). A connection that failed is checked before its thread's next call
-and replaced when it is broken, so a restarted PostgreSQL costs the one call that found it.
+round's time in a profile). A connection that failed, or sat idle for RECENT_SECONDS, is checked
+before its thread's next call and replaced when it is broken.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import wraps
@@ -41,12 +43,22 @@ def _with_connection[**P, R](fn: Callable[P, R]) -> Callable[P, R]:
     return call
 
 
+# A connection idle this long is checked (a round trip) before its thread's next call: the
+# pool's own check skipped for connections in steady use, as the edge's asyncio pool does.
+RECENT_SECONDS = 2.0
+_last_call = threading.local()
+
+
 def _replace_broken_connections() -> None:
     # Django's close_old_connections() would close (return to the pool) every connection, as
     # CONN_MAX_AGE is 0 for the threads Django's handler makes per request; these threads are
-    # few and long-lived, so theirs stay open unless a failure left them unusable.
+    # few and long-lived, so theirs stay open unless a failure, or a check after an idle spell
+    # (a restarted or restored PostgreSQL), finds them unusable.
+    now = time.monotonic()
+    idle = now - getattr(_last_call, "at", now) >= RECENT_SECONDS
+    _last_call.at = now
     for connection in connections.all(initialized_only=True):
-        if connection.connection is not None and connection.errors_occurred:
+        if connection.connection is not None and (connection.errors_occurred or idle):
             if connection.is_usable():
                 connection.errors_occurred = False
             else:

@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nostr import kinds
 from nostr.events import is_canonical_uuid, is_lower_hex
 from nostr.jsonstrict import is_int
+from nostr.kinds import KIND_ARTIFACT, KIND_REMOVAL_MARKER
 
 __all__ = [
-    "KIND_ARTIFACT",
-    "KIND_REMOVAL_MARKER",
     "SYNC_KINDS",
     "Filter",
     "FilterError",
@@ -25,9 +25,8 @@ __all__ = [
     "parse_filter",
 ]
 
-KIND_ARTIFACT = 45010
-KIND_REMOVAL_MARKER = 45011
-SYNC_KINDS = frozenset({KIND_ARTIFACT, KIND_REMOVAL_MARKER})
+# As a set, for matching; the kinds themselves are nostr.kinds'.
+SYNC_KINDS = frozenset(kinds.SYNC_KINDS)
 # Values per list, as POST /query allows (PROTOCOL.md section 5).
 MAX_FILTER_VALUES = 256
 _KEYS = frozenset({"ids", "authors", "kinds", "#h", "#d", "since", "until", "limit"})

@@ -42,7 +42,7 @@ from artifacts.selectors.replay import (
 )
 from artifacts.ws.dbcall import run_db
 from artifacts.ws.filters import LiveEvent
-from artifacts.ws.publish import EVERY_CHANNEL, MESSAGE_TYPE, community_group, current_sequence
+from artifacts.ws.publish import EVERY_CHANNEL, LiveMessage, community_group, current_sequence
 from artifacts.ws.sequence import SequenceTracker
 
 __all__ = ["AccessCache", "HubClient", "SyncHub", "get_hub"]
@@ -209,31 +209,32 @@ class SyncHub:
                 for community_id in list(self._clients):
                     await self.layer.group_add(community_group(community_id), self._channel)
 
-    async def handle(self, message: dict[str, Any]) -> None:
-        if message.get("type") != MESSAGE_TYPE:
+    async def handle(self, layer_message: dict[str, Any]) -> None:
+        message = LiveMessage.from_layer(layer_message)
+        if message is None:
             return
-        community_id = int(message["c"])
+        community_id = message.community_id
         tracker = self._trackers.get(community_id)
         if tracker is None:
             return  # no local subscriber any more
         now = time.monotonic()
-        tracker.observe(int(message["seq"]), now)
-        if message.get("lost"):
+        tracker.observe(message.seq, now)
+        if message.lost:
             tracker.mark_lost()
         self._report_losses(community_id, now)
         if tracker.waiting:
             asyncio.get_running_loop().call_later(
                 SEQUENCE_GRACE_SECONDS + 0.05, self._report_losses, community_id, None
             )
-        access: list[str] = message.get("access") or []
+        access = message.access
         if access:
             await self._access_changed(
                 community_id, None if EVERY_CHANNEL in access else frozenset(access)
             )
-        entries: list[dict[str, Any]] = message.get("events") or []
+        entries = message.events
         if not entries:
             return
-        if time.time() - float(message.get("t", 0) or time.time()) > MAX_LAG_SECONDS:
+        if time.time() - (message.sent_at or time.time()) > MAX_LAG_SECONDS:
             for client in list(self._clients.get(community_id, ())):
                 client.live_missed(len(entries))
             return
@@ -262,21 +263,11 @@ class SyncHub:
             except Exception:
                 logger.exception("sync hub: an access re-check failed")
 
-    async def _deliver(self, community_id: int, entries: list[dict[str, Any]]) -> None:
+    async def _deliver(self, community_id: int, events: list[LiveEvent]) -> None:
         policy = await self.access.policy(community_id)
-        for entry in entries:
-            if not policy.allows(entry.get("type")):
+        for event in events:
+            if not policy.allows(event.artifact_type):
                 continue
-            event = LiveEvent(
-                id=entry["id"],
-                pubkey=entry["pubkey"],
-                kind=int(entry["kind"]),
-                created_at=int(entry["created_at"]),
-                channel_id=entry["h"],
-                artifact_id=entry["d"],
-                artifact_type=entry.get("type"),
-                raw=entry["raw"],
-            )
             state = await self.access.channel(community_id, event.channel_id)
             if not state.exists:
                 continue

@@ -16,6 +16,10 @@ process's hub matches filters locally), carrying:
   sequence number (Redis down): a loss no gap could show;
 - `t`: the publisher's clock when it published, so an overloaded hub can tell a backlog.
 
+`LiveMessage` is that message, typed; its `to_layer`/`from_layer` are the one place that spells
+the channel layer's keys (kept short and stable: instances of two versions share the groups
+during a rolling restart).
+
 Publishing never raises into the writer: the write is committed whatever happens here.
 """
 
@@ -30,17 +34,21 @@ import threading
 import time
 from collections.abc import Collection
 from concurrent.futures import Future, wait
+from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from artifacts.ws.filters import KIND_ARTIFACT, KIND_REMOVAL_MARKER
+from artifacts.signals import StoredEvent
+from artifacts.ws.filters import LiveEvent
 from nostr.events import first_tag
+from nostr.kinds import KIND_ARTIFACT, KIND_REMOVAL_MARKER
 
 __all__ = [
     "EVERY_CHANNEL",
+    "LiveMessage",
     "announce_access_change",
     "commit_message",
     "community_group",
@@ -88,8 +96,64 @@ def community_group(community_id: int) -> str:
     return f"buzzsync.{_namespace()}.c{community_id}"
 
 
-class RedisUnavailable(Exception):
-    """Redis is configured but down (or was within the last seconds): nothing can be published."""
+@dataclass(slots=True)
+class LiveMessage:
+    """One commit's announcement to a community's group (see the module docstring)."""
+
+    community_id: int
+    events: list[LiveEvent] = field(default_factory=list)
+    access: list[str] = field(default_factory=list)  # channel ids, or [EVERY_CHANNEL]
+    seq: int = 0  # set by the publisher thread, in publishing order
+    lost: bool = False
+    sent_at: float = 0.0  # the publisher's time.time()
+
+    def to_layer(self) -> dict[str, Any]:
+        """The channel layer's form: plain values its serializer (msgpack) carries."""
+        return {
+            "type": MESSAGE_TYPE,
+            "c": self.community_id,
+            "seq": self.seq,
+            "lost": self.lost,
+            "t": self.sent_at,
+            "events": [
+                {"id": e.id, "pubkey": e.pubkey, "kind": e.kind, "created_at": e.created_at,
+                 "h": e.channel_id, "d": e.artifact_id, "type": e.artifact_type, "raw": e.raw}
+                for e in self.events
+            ],
+            "access": self.access,
+        }
+
+    @classmethod
+    def from_layer(cls, message: dict[str, Any]) -> LiveMessage | None:
+        """The message a hub received, or None for another type of message."""
+        if message.get("type") != MESSAGE_TYPE:
+            return None
+        return cls(
+            community_id=int(message["c"]),
+            seq=int(message["seq"]),
+            lost=bool(message.get("lost")),
+            sent_at=float(message.get("t", 0) or 0.0),
+            access=list(message.get("access") or []),
+            events=[
+                LiveEvent(
+                    id=entry["id"],
+                    pubkey=entry["pubkey"],
+                    kind=int(entry["kind"]),
+                    created_at=int(entry["created_at"]),
+                    channel_id=entry["h"],
+                    artifact_id=entry["d"],
+                    artifact_type=entry.get("type"),
+                    raw=entry["raw"],
+                )
+                for entry in message.get("events") or []
+            ],
+        )
+
+
+class FanOutUnavailable(Exception):
+    """Redis is configured but down (or was within the last seconds): nothing can be published
+    to the other instances. (Not `buzzrelay.ratelimit.RedisUnavailable`, which tells an async
+    caller to take the synchronous path and its fallbacks.)"""
 
 
 def _redis() -> Any | None:
@@ -104,7 +168,7 @@ def _redis() -> Any | None:
 
     client = redis_client()
     if client is None:
-        raise RedisUnavailable("Redis is unavailable")
+        raise FanOutUnavailable("Redis is unavailable")
     return client
 
 
@@ -134,25 +198,25 @@ def current_sequence(group: str) -> int:
         return _local_sequences.get(group, 0)
 
 
-def _event_entry(item: dict[str, Any], types: dict[str, str]) -> dict[str, Any] | None:
+def _event_entry(item: StoredEvent, types: dict[str, str]) -> LiveEvent | None:
     event = item["event"]
     artifact_id = first_tag(event, "d")
     channel_id = item.get("channel_id") or first_tag(event, "h")
     if artifact_id is None or channel_id is None:
         return None
-    return {
-        "id": event["id"],
-        "pubkey": event["pubkey"],
-        "kind": item["kind"],
-        "created_at": event["created_at"],
-        "h": channel_id,
-        "d": artifact_id,
-        "type": types.get(artifact_id),
-        "raw": item["raw"],
-    }
+    return LiveEvent(
+        id=event["id"],
+        pubkey=event["pubkey"],
+        kind=item["kind"],
+        created_at=event["created_at"],
+        channel_id=channel_id,
+        artifact_id=artifact_id,
+        artifact_type=types.get(artifact_id),
+        raw=item["raw"],
+    )
 
 
-def commit_message(community_id: int, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def commit_message(community_id: int, events: list[StoredEvent]) -> list[LiveEvent]:
     """The live entries of one committed transaction's events (its 45010s and 45011s)."""
     # A marker carries no type; its artifact's type (immutable) is on the move revision the
     # same transaction stored, else on the artifact's head.
@@ -162,7 +226,7 @@ def commit_message(community_id: int, events: list[dict[str, Any]]) -> list[dict
             d, artifact_type = first_tag(item["event"], "d"), first_tag(item["event"], "type")
             if d is not None and artifact_type is not None:
                 types[d] = artifact_type
-    live: list[dict[str, Any]] = []
+    live: list[LiveEvent] = []
     for item in events:
         kind = item["kind"]
         if kind in (KIND_ARTIFACT, KIND_REMOVAL_MARKER):
@@ -174,7 +238,7 @@ def commit_message(community_id: int, events: list[dict[str, Any]]) -> list[dict
     return live
 
 
-def _fill_marker_type(community_id: int, item: dict[str, Any], types: dict[str, str]) -> None:
+def _fill_marker_type(community_id: int, item: StoredEvent, types: dict[str, str]) -> None:
     d = first_tag(item["event"], "d")
     if d is None or d in types:
         return
@@ -190,7 +254,7 @@ def _fill_marker_type(community_id: int, item: dict[str, Any], types: dict[str, 
 
 
 def on_events_committed(
-    sender: object, *, community_id: int, events: list[dict[str, Any]], **kwargs: Any
+    sender: object, *, community_id: int, events: list[StoredEvent], **kwargs: Any
 ) -> None:
     """Receiver of `events_committed` (connected in artifacts.apps)."""
     try:
@@ -221,20 +285,12 @@ def announce_access_change(*, community_id: int, channel_ids: Collection[str] | 
     _publish(community_id, [], access)
 
 
-def _publish(community_id: int, live: list[dict[str, Any]], access: list[str]) -> None:
+def _publish(community_id: int, live: list[LiveEvent], access: list[str]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
     group = community_group(community_id)
-    message = {
-        "type": MESSAGE_TYPE,
-        "c": community_id,
-        "seq": 0,
-        "lost": False,
-        "t": time.time(),
-        "events": live,
-        "access": access,
-    }
+    message = LiveMessage(community_id, events=live, access=access, sent_at=time.time())
     if settings.CONFIG.redis_url:
         # Numbered and sent by this process's publisher thread, in submission order: the writer
         # does not wait for Redis, and one loop keeps one connection (a loop per call, as
@@ -249,9 +305,9 @@ def _publish(community_id: int, live: list[dict[str, Any]], access: list[str]) -
         logger.warning("live fan-out: publish to %s failed (%s)", group, exc)
 
 
-async def _send(layer: Any, group: str, message: dict[str, Any]) -> None:
+async def _send(layer: Any, group: str, message: LiveMessage) -> None:
     try:
-        message["seq"] = next_sequence(group)
+        message.seq = next_sequence(group)
     except Exception as exc:
         # Without a sequence number the hubs cannot see this loss: flag the group so the next
         # message that gets through tells them.
@@ -259,9 +315,9 @@ async def _send(layer: Any, group: str, message: dict[str, Any]) -> None:
         _lost_groups.add(group)
         return
     # Set here, in publishing order: a loss recorded by an earlier publish is announced.
-    message["lost"] = group in _lost_groups
+    message.lost = group in _lost_groups
     try:
-        await asyncio.wait_for(layer.group_send(group, message), PUBLISH_TIMEOUT)
+        await asyncio.wait_for(layer.group_send(group, message.to_layer()), PUBLISH_TIMEOUT)
     except Exception as exc:
         # The sequence number was taken, so hubs see the gap.
         logger.warning("live fan-out: publish to %s failed (%s)", group, exc)
@@ -285,7 +341,7 @@ class _Publisher:
         thread.start()
         atexit.register(self.flush)
 
-    def submit(self, layer: Any, group: str, message: dict[str, Any]) -> None:
+    def submit(self, layer: Any, group: str, message: LiveMessage) -> None:
         future = asyncio.run_coroutine_threadsafe(_send(layer, group, message), self.loop)
         with self.lock:
             self.pending.add(future)

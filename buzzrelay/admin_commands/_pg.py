@@ -16,28 +16,16 @@ import psycopg
 
 from buzzrelay import VERSION
 
-# Django-only keys of DATABASES[...]["OPTIONS"] that libpq would reject.
-_DJANGO_OPTIONS = {"pool", "isolation_level", "server_side_binding", "assume_role", "context",
-                   "cursor_factory"}
-
 # One advisory lock for everything that changes the schema (migrate, build-indexes): two runs
 # never interleave. The key spells "buzzmigr"; advisory locks are per database.
 MIGRATION_LOCK_KEY = 0x62757A7A6D696772
 
 
 def connection_kwargs() -> dict[str, Any]:
-    """libpq parameters of the deployment's database, from Django's settings."""
-    from django.conf import settings
+    """Connection parameters of the deployment's database, from Django's settings."""
+    from artifacts.db import psycopg_connect_kwargs
 
-    db: dict[str, Any] = settings.DATABASES["default"]
-    options: dict[str, Any] = db.get("OPTIONS", {})
-    kwargs = {key: value for key, value in options.items() if key not in _DJANGO_OPTIONS}
-    kwargs.update(dbname=db["NAME"])
-    for key, setting in (("user", "USER"), ("password", "PASSWORD"), ("host", "HOST"),
-                         ("port", "PORT")):
-        if db.get(setting):
-            kwargs[key] = str(db[setting])
-    return kwargs
+    return psycopg_connect_kwargs()
 
 
 def database_label() -> str:

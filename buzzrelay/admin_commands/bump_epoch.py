@@ -1,8 +1,9 @@
 """buzz-admin bump-epoch: every client's next incremental round resets.
 
 Run after restoring a backup (or any point-in-time recovery) and after manual data fixes. The
-new epoch is past every epoch handed out before the restore (relayinfo.sync_epoch.bump_epoch,
-`past_any_restore`), so no token issued before it continues.
+new epoch is past every epoch handed out before the restore
+(artifacts.services.sync_epoch.bump_epoch, `past_any_restore`), so no token issued before it
+continues.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from relayinfo.sync_epoch import bump_epoch, current_sync_state
+    from artifacts.selectors.sync_epoch import current_sync_state
+    from artifacts.services.sync_epoch import bump_epoch
 
     before, identity = current_sync_state()
     after = bump_epoch(reason=args.reason, past_any_restore=True)

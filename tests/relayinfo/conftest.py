@@ -18,7 +18,7 @@ from django.db import connection
 from django.test import Client
 
 from artifacts.models import Community
-from relayinfo.readiness import ReadinessReport, evaluate_readiness, forget_cached_readiness
+from relayinfo.readiness import ReadinessReport, forget_cached_readiness, reconcile_readiness
 
 HOST = "team.example"
 NOSTR_JSON = "application/nostr+json"
@@ -76,7 +76,9 @@ def wait_for(predicate: Callable[[], bool], *, timeout: float = 5.0) -> bool:
 
 
 def fresh() -> ReadinessReport:
-    return evaluate_readiness(use_cache=False)
+    """A fresh verdict as the fleet refresher computes it, every 10 s in a serving process: it
+    also reconciles the sync epoch's episodes (requests only read the verdict)."""
+    return reconcile_readiness()
 
 
 def execute(sql: str, params: list[Any] | None = None) -> None:

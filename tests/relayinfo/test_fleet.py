@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from artifacts.models import Community
+from artifacts.selectors.sync_epoch import current_sync_state
 from relayinfo import fleet, readiness
 from relayinfo.models import FleetEpisode, RelayInstance
-from relayinfo.sync_epoch import current_sync_state
 from tests.relayinfo.conftest import advertised, connect, fresh, transactional, wait_for
 
 pytestmark = transactional
@@ -102,6 +102,7 @@ def test_legacy_application_name_connection_withdraws_and_returns(community: Com
         assert epoch() == before + 1
     finally:
         gone(legacy)
+    fresh()  # the fleet refresher notices it left (every 10 s in a serving process)
     assert advertised()
     assert epoch() == before + 2
 
@@ -113,6 +114,7 @@ def test_connection_announcing_no_key_fails(community: Community) -> None:
         assert not advertised()
     finally:
         gone(conn)
+    fresh()  # the fleet refresher notices it left (every 10 s in a serving process)
     assert advertised()
 
 
@@ -127,6 +129,7 @@ def test_another_relay_key_withdraws_the_capability(community: Community) -> Non
         assert not advertised()
     finally:
         gone(other)
+    fresh()  # the fleet refresher notices it left (every 10 s in a serving process)
     assert advertised()
     assert epoch() == before + 2
 
@@ -137,6 +140,7 @@ def test_registered_instance_with_another_key_withdraws_the_capability(
     instance = register(key_id="0badc0de")
     assert not advertised()
     instance.delete()
+    fresh()  # the refresher records the episode the verdict saw (woken at once when serving)
     assert advertised()
 
 
@@ -196,7 +200,7 @@ def test_concurrent_evaluations_open_one_episode(community: Community) -> None:
         def race() -> None:
             try:
                 barrier.wait()
-                readiness._reconcile_episode(failing, False)
+                readiness.reconcile_episode(failing, False)
             except BaseException as exc:  # reported below
                 errors.append(exc)
             finally:
@@ -348,3 +352,30 @@ def test_any_schedule_of_writers_keeps_verdict_and_epoch_consistent(
         settings=hypothesis_settings(max_examples=12, stateful_step_count=12, deadline=None),
     )
     assert advertised()
+
+
+def test_a_writer_seen_by_a_request_and_gone_before_the_refresh_still_costs_its_bump(
+    community: Community,
+) -> None:
+    fresh()
+    before = epoch()
+    legacy = connect(application_name=LEGACY_NAME)
+    try:
+        seen = readiness.evaluate_readiness(use_cache=False)  # a request's verdict: no write
+        assert not seen.item(4).passed
+        assert epoch() == before
+    finally:
+        gone(legacy)
+    # It left before any refresh: the verdict stays not ready until the bump is recorded...
+    waiting = readiness.evaluate_readiness(use_cache=False)
+    assert not waiting.ready and "not recorded yet" in waiting.item(4).found
+    assert not advertised()
+    assert epoch() == before
+    # ...which the refresher does once, as a closed episode.
+    fresh()
+    assert epoch() == before + 1
+    assert advertised()
+    episode = FleetEpisode.objects.get(opened_epoch=before + 1)
+    assert episode.closed_epoch == before + 1 and "seen by a request" in episode.reason
+    fresh()
+    assert epoch() == before + 1

@@ -7,8 +7,9 @@ import threading
 import pytest
 from django.db import connection
 
+from artifacts.selectors.sync_epoch import current_sync_state, database_identity
+from artifacts.services.sync_epoch import bump_epoch
 from buzzrelay.cli import main
-from relayinfo.sync_epoch import bump_epoch, current_sync_state, database_identity
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,8 +14,8 @@ from artifacts.selectors.filters import parse_filter
 from artifacts.selectors.rounds import prepare_round
 from artifacts.services.channels import channel_archive, channel_restore
 from artifacts.services.communities import community_update_policy
+from artifacts.services.sync_epoch import bump_epoch
 from artifacts.tokens import InvalidProgress
-from relayinfo.sync_epoch import bump_epoch
 from tests.artifacts.selectors.replica import Replica
 from tests.factories import (
     add_member,

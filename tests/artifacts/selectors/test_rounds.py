@@ -10,7 +10,7 @@ from artifacts.selectors.budget import execute_prepared, read_transaction
 from artifacts.selectors.fence import read_fence
 from artifacts.selectors.filters import parse_filter
 from artifacts.selectors.rounds import PAGE_BYTES, Page, page_steps, prepare_round
-from relayinfo.sync_epoch import database_identity
+from artifacts.selectors.sync_epoch import database_identity
 from tests.artifacts.selectors.reference import load_world
 from tests.artifacts.selectors.replica import Replica
 from tests.factories import (
