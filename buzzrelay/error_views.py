@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 
-from buzzrelay.http import CORS_HEADERS, json_error
-from buzzrelay.middleware import internal_error_response
+from buzzrelay.http import json_error
+from buzzrelay.middleware import add_cors_headers, internal_error_response
 
 __all__ = ["bad_request", "csrf_failure", "not_found", "permission_denied", "server_error"]
 
 
 def _with_cors(response: HttpResponse) -> HttpResponse:
     # These answers can be rendered after RelayHttpMiddleware has run (or without it).
-    for name, value in CORS_HEADERS.items():
-        response.headers.setdefault(name, value)
+    add_cors_headers(response)
     return response
 
 
