@@ -21,7 +21,7 @@ from django.conf import settings
 
 from buzzrelay.http import CORS_HEADERS
 
-__all__ = ["RequestBodyLimit"]
+__all__ = ["BodyTooLarge", "ClientDisconnected", "RequestBodyLimit", "read_body"]
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -32,11 +32,11 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 _CORS = tuple((name.lower().encode(), value.encode()) for name, value in CORS_HEADERS.items())
 
 
-class _TooLarge(Exception):
+class BodyTooLarge(Exception):
     pass
 
 
-class _Disconnected(Exception):
+class ClientDisconnected(Exception):
     pass
 
 
@@ -61,8 +61,8 @@ class RequestBodyLimit:
                 return
         try:
             async with asyncio.timeout(settings.RELAY_BODY_TIMEOUT_SECONDS):
-                body = await _read_body(receive, limit)
-        except _TooLarge:
+                body = await read_body(receive, limit)
+        except BodyTooLarge:
             await _refuse(send, 413, "payload_too_large", f"body over {limit} bytes")
             return
         except TimeoutError:
@@ -71,7 +71,7 @@ class RequestBodyLimit:
                 f"the body did not arrive within {settings.RELAY_BODY_TIMEOUT_SECONDS} s",
             )
             return
-        except _Disconnected:
+        except ClientDisconnected:
             return  # nobody is left to answer
         await self.app(scope, _replaying(body, receive), send)
 
@@ -83,17 +83,19 @@ def _content_length(scope: Scope) -> str | None:
     return None
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes:
+async def read_body(receive: Receive, limit: int) -> bytes:
+    """The request's whole body; raises `BodyTooLarge` past `limit`, `ClientDisconnected` when the
+    client leaves first."""
     chunks: list[bytes] = []
     size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise _Disconnected
+            raise ClientDisconnected
         chunk: bytes = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise _TooLarge
+            raise BodyTooLarge
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)

@@ -20,12 +20,14 @@ import io
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler, ASGIRequest
 from django.http import HttpResponse, HttpResponseBase
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 from django.urls import Resolver404, resolve
 
+from buzzrelay.body_limit import BodyTooLarge, ClientDisconnected, read_body
 from buzzrelay.edge.views import RelayAPIView
 from buzzrelay.middleware import add_cors_headers
 from relayinfo.metrics import record_front_door_request
@@ -56,9 +58,11 @@ class FrontDoor:
         if view is None:
             await self.django_app(scope, receive, send)
             return
-        body = await _whole_body(receive)
-        if body is None:
-            return  # the client left before its body arrived
+        try:
+            # Already read and bounded by `buzzrelay.body_limit`, which hands it over whole.
+            body = await read_body(receive, settings.RELAY_MAX_BODY_BYTES)
+        except (ClientDisconnected, BodyTooLarge):
+            return  # the client left (the limit in front already answered an oversized body)
         record_front_door_request()
         request = ASGIRequest(scope, io.BytesIO(body))
         request.served_by_front_door = True  # type: ignore[attr-defined]  # views.on_server_loop
@@ -91,15 +95,3 @@ class FrontDoor:
             return found
         return self._views[path]
 
-
-async def _whole_body(receive: Receive) -> bytes | None:
-    """The request body (already bounded by `buzzrelay.body_limit`), or None after a
-    disconnect."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
