@@ -32,6 +32,7 @@ from artifacts.tokens import InvalidProgress
 from artifacts.ws.dbcall import run_db
 from buzzrelay.edge.exceptions import InvalidRequest, ServiceUnavailable, UnknownCommunity
 from buzzrelay.edge.openapi import JSON, Answer, RelayAutoSchema, error_answer, ref
+from buzzrelay.edge.parsers import request_body
 from buzzrelay.edge.views import RelayAPIView
 from relayinfo.metrics import flush_metrics, record_round
 from relayinfo.readiness import cached_readiness, deployment_ready
@@ -92,7 +93,7 @@ class QueryView(RelayAPIView):
 
     def parse(self, request: Request) -> tuple[QueryFilter, RoundRequest | None]:
         try:
-            query = parse_query_body(self.body(request))
+            query = parse_query_body(request_body(request))
             if not query.incremental:
                 return query, None
             community_id = request.community.pk  # type: ignore[attr-defined]
@@ -144,7 +145,7 @@ class EventView(RelayAPIView):
     schema = RelayAutoSchema()  # the OpenAPI operation (buzzrelay/edge/openapi.py)
 
     def parse(self, request: Request) -> bytes:
-        body = self.body(request)
+        body = request_body(request)
         # Only "is this an object at all": everything else about the event (duplicate keys,
         # field types, signature) is the ingest's to answer as `OK false "invalid: ..."`.
         try:

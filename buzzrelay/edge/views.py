@@ -94,7 +94,7 @@ class RelayAPIView(APIView):
             raise exceptions.MethodNotAllowed(request.method)
         # 413 first: reading the body through the parser bounds it (behind `body_limit` it is
         # already whole and bounded; reached through Django's own handler, it is not).
-        self.body(request)
+        request_body(request)
         request.accepted_renderer, request.accepted_media_type = (
             self.perform_content_negotiation(request)
         )
@@ -137,8 +137,3 @@ class RelayAPIView(APIView):
     async def throttle(self, request: Request, throttle: Any) -> None:
         if not await throttle.allow_request(request, self):
             self.throttled(request, throttle.wait())
-
-    @staticmethod
-    def body(request: Request) -> bytes:
-        """The request body's exact bytes (`parsers.request_body`)."""
-        return request_body(request)
