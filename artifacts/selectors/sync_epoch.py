@@ -12,6 +12,7 @@ The sync_state table belongs to relayinfo's models; rounds read it here, in thei
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from django.db import connections
 from django.db.backends.utils import CursorWrapper
@@ -42,13 +43,7 @@ def database_identity(cursor: CursorWrapper | None = None, *, alias: str = "defa
         "SELECT (SELECT system_identifier FROM pg_control_system())::text || '/' || "
         "(SELECT oid FROM pg_database WHERE datname = current_database())::text"
     )
-    if cursor is None:
-        with connections[alias].cursor() as own:
-            own.execute(sql)
-            identity = str(own.fetchone()[0])
-    else:
-        cursor.execute(sql)
-        identity = str(cursor.fetchone()[0])
+    identity = str(_scalar(sql, cursor, alias))
     with _identity_lock:
         _identity_cache[key] = identity
     return identity
@@ -67,12 +62,15 @@ def current_sync_state(
     A database without the row (it was deleted, or a test flush emptied the table) is epoch 0;
     `bump_epoch` recreates it at 1 or more, so tokens issued meanwhile reset after a bump too.
     """
-    sql = f"SELECT {EPOCH_SQL}"
+    epoch = int(_scalar(f"SELECT {EPOCH_SQL}", cursor, alias))
+    return epoch, database_identity(cursor, alias=alias)
+
+
+def _scalar(sql: str, cursor: CursorWrapper | None, alias: str) -> Any:
+    """The one value `sql` selects, on `cursor` (its snapshot) or a cursor of `alias`."""
     if cursor is None:
         with connections[alias].cursor() as own:
             own.execute(sql)
-            epoch = int(own.fetchone()[0])
-    else:
-        cursor.execute(sql)
-        epoch = int(cursor.fetchone()[0])
-    return epoch, database_identity(cursor, alias=alias)
+            return own.fetchone()[0]
+    cursor.execute(sql)
+    return cursor.fetchone()[0]
