@@ -156,12 +156,10 @@ def test_a_content_length_over_the_limit_is_refused_before_any_body(
 def test_a_malformed_content_length_is_400_json(relay: RelayProcess, community: None) -> None:
     with _connect(relay) as sock:
         sock.sendall(_head("/query", "Content-Length: 12abc\r\n") + b"[]")
-        try:
-            status, _headers, answer = _read_response(sock)
-        except ConnectionError:
-            return  # the HTTP server itself refused the header: nothing reached the relay
+        status, _headers, answer = _read_response(sock)
+    # The HTTP server refuses the header itself (its plain 400), or the relay does (JSON 400).
     assert status == 400
-    assert b"<html" not in answer.lower()
+    assert b"<" not in answer
 
 
 def test_a_content_length_shorter_than_the_body_reads_only_what_it_names(
