@@ -43,7 +43,8 @@ class Nip98Authentication(BaseAuthentication):
         record_nip98_check()
         try:
             auth = verify_nip98(
-                request.headers.get("Authorization"),
+                # META, not `request.headers`: that builds the whole header map per request.
+                django_request.META.get("HTTP_AUTHORIZATION"),
                 url=absolute_url(django_request),
                 method=request.method or "",
                 body=request_body(request) or None,
