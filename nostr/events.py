@@ -35,6 +35,7 @@ __all__ = [
     "Event",
     "EventLimits",
     "InvalidEvent",
+    "Tag",
     "check_event_id",
     "check_signature",
     "compute_event_id",
