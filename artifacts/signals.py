@@ -5,8 +5,8 @@ relay-written 45011 markers, channel and member events 9000-9008), after the com
 receiver never announces something a rollback took back. Arguments:
 
 - `community_id: int`
-- `events: list[StoredEvent]`, in storage order: `event` (the parsed event object), `raw` (the
-  stored JSON text, as reads serve it), `kind` and `channel_id` (str or None).
+- `events: list[StoredEvent]`, in storage order: `event` (the `nostr.events.Event`, whose `raw`
+  is the stored JSON text, as reads serve it) and `channel_id` (str or None).
 
 The WebSocket layer uses it for live fan-out and to notice membership and visibility changes.
 Receivers run on the writer's thread: they must be quick and must not raise (Django's `send`
@@ -15,17 +15,18 @@ propagates exceptions; a failing receiver would make a committed write look fail
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from dataclasses import dataclass
 
 from django.dispatch import Signal
 
+from nostr.events import Event
 
-class StoredEvent(TypedDict):
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
     """One event a committed write transaction stored, as `events_committed` carries it."""
 
-    event: dict[str, Any]
-    raw: str
-    kind: int
+    event: Event
     channel_id: str | None
 
 

@@ -43,7 +43,7 @@ import orjson  # noqa: E402
 import psycopg  # noqa: E402
 
 from buzzrelay.embedded import free_port  # noqa: E402
-from nostr.events import sign_event  # noqa: E402
+from nostr.events import sign, sign_event  # noqa: E402
 from nostr.schnorr import generate_secret, pubkey_from_secret  # noqa: E402
 
 RELAY_SECRET = "6a1b6c6e2d4a7b3c9e8f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d3e4f5"
@@ -212,9 +212,9 @@ def continuation_rounds(
         syncer.run_round()
         for _ in range(repeat):
             for event in list(syncer.artifacts().values())[:changes]:
-                tags = [t for t in event["tags"] if t[0] not in ("op", "prev", "title")]
-                tags += [["op", "update"], ["prev", event["id"]], ["title", "changed"]]
-                update = sign_event(author, kind=45010, tags=tags, content=event["content"])
+                tags = [list(t) for t in event.tags if t[0] not in ("op", "prev", "title")]
+                tags += [["op", "update"], ["prev", event.id], ["title", "changed"]]
+                update = sign(author, kind=45010, tags=tags, content=event.content)
                 accepted, message = writer.publish(update)
                 if not accepted:
                     raise SystemExit(f"update refused: {message}")

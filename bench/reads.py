@@ -19,24 +19,41 @@ continuation >= 50x at N = 100k; the 500-event page within 3x of the floor.
 
     .venv/bin/python bench/reads.py                      # N = 10k and 100k
     .venv/bin/python bench/reads.py --n 1000000 --runs 30
+
+**How to A/B** against an earlier commit, in one run: `--baseline REF` (a hash, `main~3`)
+checks REF out in a temporary `git worktree` (bench/_harness.py), seeds once, then runs both
+sides `--rounds` times, each going first every other time: each run is a fresh process of this
+script importing the relay from its side's tree (`--worker-tree`), measuring the continuation
+rounds and the 500-event page as above on the same database. It prints each side's runs, then
+the medians and candidate/baseline ratios of the medians: quote those.
+
+    .venv/bin/python bench/reads.py --baseline 6aa4179^1 --rounds 3 --runs 15
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import orjson
 
-from bench._harness import OUT, print_table, relay_env, services  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+WORKER_FLAG = "--worker-tree"
+# An A/B worker imports the relay from its side's tree; everything else from this one.
+_WORKER_TREE = sys.argv[sys.argv.index(WORKER_FLAG) + 1] if WORKER_FLAG in sys.argv else None
+sys.path.insert(0, _WORKER_TREE or str(ROOT))
+if _WORKER_TREE is None:
+    from bench._harness import OUT, git_worktree, print_table, relay_env, services
 
 HOST = "bench-reads.example"
 READER_SECRET = "3" * 64
@@ -162,15 +179,23 @@ def change(cursor: Any, community_id: int, n: int, k: int, rng: random.Random) -
     )
 
 
+def _sync_epoch() -> ModuleType:
+    """Where the sync epoch's reads live: artifacts' selectors since issue 15, relayinfo before
+    (an A/B baseline may predate the move)."""
+    try:
+        return importlib.import_module("artifacts.selectors.sync_epoch")
+    except ImportError:
+        return importlib.import_module("relayinfo.sync_epoch")
+
+
 def done_token(community_id: int, reader: str, query: Any, at: Any) -> str:
     """A finished round's token with T = `at`, as the page that finished it would seal it."""
     from artifacts.selectors.budget import read_transaction
-    from artifacts.selectors.sync_epoch import current_sync_state
     from artifacts.selectors.view import compute_view_digest, probe_view
     from artifacts.tokens import Phase, ProgressToken, database_tag, encode_progress, token_binding
 
     with read_transaction(repeatable_read=True) as cursor:
-        epoch, identity = current_sync_state(cursor)
+        epoch, identity = _sync_epoch().current_sync_state(cursor)
         probe = probe_view(cursor, community_id=community_id, reader=reader)
         digest = compute_view_digest(
             cursor, community_id=community_id, reader=reader, channels=None, types=None
@@ -194,7 +219,6 @@ def explain_buffers(community_id: int, reader: str, at: Any, overlap: timedelta)
 
     from artifacts.selectors.fence import FENCE_SQL
     from artifacts.selectors.round_sql import window_sql
-    from artifacts.selectors.sync_epoch import EPOCH_SQL
     from artifacts.selectors.view import PROBE_COLUMNS, PROBE_FROM
     from artifacts.tokens import Phase
 
@@ -209,7 +233,8 @@ def explain_buffers(community_id: int, reader: str, at: Any, overlap: timedelta)
         params["round_t"] = cursor.fetchone()[0]
         statements: list[tuple[str, dict[str, Any]]] = [
             (FENCE_SQL, {}),
-            (f"SELECT now(), {EPOCH_SQL}, {PROBE_COLUMNS} FROM {PROBE_FROM}", params),
+            (f"SELECT now(), {_sync_epoch().EPOCH_SQL}, {PROBE_COLUMNS} FROM {PROBE_FROM}",
+             params),
         ]
         for phase in (Phase.HEADS, Phase.MOVES):
             sql = window_sql(phase, with_cursor=False, has_channels=False, has_types=False)
@@ -425,6 +450,64 @@ def plot(results: list[dict[str, Any]]) -> Path:
     return path
 
 
+# --- A/B against a baseline commit (--baseline) -------------------------------------------------
+
+AB_FIGURES = (
+    ("k10_p50_ms", "k=10 continuation p50 ms"),
+    ("k10_p99_ms", "k=10 continuation p99 ms"),
+    ("k1000_p50_ms", "k=1000 continuation p50 ms"),
+    ("page500_ms", "500-event page ms"),
+    ("page500_view_ms", "500-event page through the view ms"),
+    ("k10_buffers", "k=10 shared buffers"),
+)
+
+
+def worker(ns: list[int], runs: int) -> int:
+    """One A/B run of the tree on sys.path: the figures of every N, as one JSON line."""
+    import django
+
+    django.setup()
+    seeded = [Seeded(n, reseed=False) for n in ns]
+    results: dict[int, dict[str, Any]] = {one.n: {} for one in seeded}
+    for k in (10, 1000):
+        for n, figures in continuation(seeded, k, runs).items():
+            results[n].update(figures)
+    for one in seeded:
+        results[one.n].update(page500(one, runs))
+    print(orjson.dumps({str(n): figures for n, figures in results.items()}).decode())
+    return 0
+
+
+def ab(env: dict[str, str], *, ref: str, ns: list[int], runs: int, rounds: int) -> None:
+    """Alternate baseline and candidate runs (fresh processes, one database) and print the
+    medians and their ratios."""
+    with git_worktree(ref) as (tree, commit):
+        sides = [("baseline", tree, f"{ref} = {commit[:10]}"), ("candidate", ROOT, "this tree")]
+        figures: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in sides}
+        for number in range(rounds):
+            # Each side goes first every other run: what one run leaves behind (the stamps it
+            # moved, warmed caches) falls on both alike.
+            for name, side_tree, _ in sides if number % 2 == 0 else sides[::-1]:
+                done = subprocess.run(
+                    [sys.executable, str(Path(__file__).resolve()), WORKER_FLAG, str(side_tree),
+                     "--runs", str(runs), "--n", *map(str, ns)],
+                    env=env, capture_output=True, text=True,
+                )
+                if done.returncode != 0:
+                    raise SystemExit(f"{name} run failed:\n{done.stderr[-3000:]}")
+                figures[name].append(orjson.loads(done.stdout.strip().splitlines()[-1]))
+                print(f"run {number + 1} {name}: {figures[name][-1]}", flush=True)
+    print(f"\nA/B medians over {rounds} runs per side of {runs} rounds each, alternating "
+          f"(baseline {sides[0][2]}; candidate {sides[1][2]})")
+    rows = []
+    for n in ns:
+        for key, label in AB_FIGURES:
+            base = statistics.median(run[str(n)][key] for run in figures["baseline"])
+            cand = statistics.median(run[str(n)][key] for run in figures["candidate"])
+            rows.append([n, label, base, cand, f"{cand / base:.2f}x" if base else "-"])
+    print_table(["N", "figure", "baseline", "candidate", "candidate / baseline"], rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[10_000, 100_000])
@@ -433,7 +516,13 @@ def main() -> int:
                         help="measure the full round at this N only (it is slow at 1M)")
     parser.add_argument("--reseed", action="store_true",
                         help="seed again even when a community of that size exists")
+    parser.add_argument("--baseline", metavar="REF",
+                        help="A/B: alternate runs of REF's relay and this tree's (see above)")
+    parser.add_argument("--rounds", type=int, default=3, help="A/B runs per side")
+    parser.add_argument(WORKER_FLAG, metavar="TREE", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if _WORKER_TREE is not None:
+        return worker(args.n, args.runs)
 
     with services() as svc:
         env = relay_env(svc, RELAY_RATE_LIMIT_ADDRESS_RATE="0", RELAY_RATE_LIMIT_PUBKEY_RATE="0")
@@ -445,6 +534,9 @@ def main() -> int:
         # An empty database builds the sync indexes inside the migrations themselves.
         call_command("migrate", verbosity=0)
         seeded = [Seeded(n, args.reseed) for n in args.n]
+        if args.baseline:
+            ab(env, ref=args.baseline, ns=args.n, runs=args.runs, rounds=args.rounds)
+            return 0
         results = {one.n: {"n": one.n, "seed_s": one.seed_s} for one in seeded}
         for k in (10, 1000):
             for n, figures in continuation(seeded, k, args.runs).items():

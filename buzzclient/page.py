@@ -6,44 +6,49 @@ tags, ids, signatures) is checked here first.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
 
 import orjson
 
 from buzzclient.errors import ProtocolViolation
-from nostr.events import is_canonical_uuid, is_lower_hex, serialize_event
-from nostr.jsonstrict import is_int
+from nostr.events import (
+    Event,
+    InvalidEvent,
+    check_event_id,
+    check_signature,
+    is_canonical_uuid,
+    is_lower_hex,
+    served_event,
+)
 from nostr.kinds import KIND_ARTIFACT, KIND_REMOVAL_MARKER
-from nostr.schnorr import verify_bytes
 
 # Signature checks dominate a full round's client time (~0.1 ms each). libsecp256k1 runs with
 # the GIL released (cffi), so a page's checks spread over a few threads use several cores.
 VERIFY_THREADS = min(4, os.cpu_count() or 1)
 VERIFY_CHUNK = 128
 
-_EVENT_FIELDS = ("id", "pubkey", "created_at", "kind", "tags", "content", "sig")
-
-
 @dataclass(frozen=True, slots=True)
 class ArtifactEvent:
-    """A served event reduced to what the collection indexes, plus its JSON as served."""
+    """A served event, with what the collection indexes read from its tags once."""
 
+    event: Event
     d: str
-    event_id: str
-    kind: int
-    pubkey: str
-    created_at: int
     channel: str
     type: str | None
     op: str | None
     title: str | None
     prev: str | None
-    event_json: str
+
+    @property
+    def event_id(self) -> str:
+        return self.event.id
+
+    @property
+    def kind(self) -> int:
+        return self.event.kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,66 +64,58 @@ class Page:
         return len(self.events) + len(self.removed)
 
 
-def _first_tags(tags: list[Any]) -> dict[str, str]:
+def _first_tags(event: Event) -> dict[str, str]:
     found: dict[str, str] = {}
-    for tag in tags:
-        if isinstance(tag, list) and len(tag) > 1 and isinstance(tag[0], str):
-            value = tag[1]
-            if isinstance(value, str):
-                found.setdefault(tag[0], value)
+    for tag in event.tags:
+        if len(tag) > 1:
+            found.setdefault(tag[0], tag[1])
     return found
 
 
-def parse_artifact_event(event: object, *, verify: bool) -> ArtifactEvent:
+def parse_artifact_event(obj: object, *, verify: bool) -> ArtifactEvent:
     """Check one served 45010/45011 event; raises ``ProtocolViolation``."""
-    if not isinstance(event, dict) or any(name not in event for name in _EVENT_FIELDS):
-        raise ProtocolViolation("relay served an event that is not a Nostr event object")
-    event_id, pubkey, kind = event["id"], event["pubkey"], event["kind"]
-    if not (is_lower_hex(event_id, 64) and is_lower_hex(pubkey, 64)):
-        raise ProtocolViolation("relay served an event with a malformed id or pubkey")
-    if not is_int(kind) or kind not in (KIND_ARTIFACT, KIND_REMOVAL_MARKER):
-        raise ProtocolViolation(f"relay served an event of kind {kind!r} in an artifact read")
-    created_at, tags = event["created_at"], event["tags"]
-    content = event["content"]
-    if not is_int(created_at) or not isinstance(tags, list) or not isinstance(content, str):
-        raise ProtocolViolation(f"relay served a malformed event {event_id}")
-    tag = _first_tags(tags)
+    try:
+        event = served_event(obj)
+    except InvalidEvent as exc:
+        claimed = obj.get("id") if isinstance(obj, dict) else None
+        if is_lower_hex(claimed, 64):
+            raise ProtocolViolation(f"relay served a malformed event {claimed} ({exc})") from None
+        raise ProtocolViolation(
+            f"relay served an event that is not a Nostr event object ({exc})"
+        ) from None
+    if event.kind not in (KIND_ARTIFACT, KIND_REMOVAL_MARKER):
+        raise ProtocolViolation(f"relay served an event of kind {event.kind!r} in an artifact read")
+    tag = _first_tags(event)
     d, channel = tag.get("d"), tag.get("h")
     if not is_canonical_uuid(d) or not is_canonical_uuid(channel):
-        raise ProtocolViolation(f"relay served event {event_id} without a canonical d or h tag")
+        raise ProtocolViolation(f"relay served event {event.id} without a canonical d or h tag")
     assert d is not None and channel is not None  # narrowed by is_canonical_uuid
     if verify:
         _verify(event)
     return ArtifactEvent(
+        event=event,
         d=d,
-        event_id=event_id,
-        kind=kind,
-        pubkey=pubkey,
-        created_at=created_at,
         channel=channel,
         type=tag.get("type"),
         op=tag.get("op"),
         title=tag.get("title"),
         prev=tag.get("prev"),
-        event_json=orjson.dumps(event).decode(),
     )
 
 
-def _verify(event: dict[str, Any]) -> None:
+def _verify(event: Event) -> None:
     """The id is the hash of the content and the author signed it: a relay cannot forge or
     alter an artifact without this failing."""
     try:
-        serialized = serialize_event(
-            event["pubkey"], event["created_at"], event["kind"], event["tags"], event["content"]
-        )
-        sig = bytes.fromhex(event["sig"]) if isinstance(event["sig"], str) else b""
-    except (ValueError, TypeError):
-        raise ProtocolViolation(f"relay served a malformed event {event['id']}") from None
-    digest = hashlib.sha256(serialized).digest()
-    if digest.hex() != event["id"]:
-        raise ProtocolViolation(f"relay served event {event['id']} whose id does not match it")
-    if not verify_bytes(bytes.fromhex(event["pubkey"]), digest, sig):
-        raise ProtocolViolation(f"relay served event {event['id']} with a bad signature")
+        digest = check_event_id(event)
+    except InvalidEvent:
+        raise ProtocolViolation(
+            f"relay served event {event.id} whose id does not match it"
+        ) from None
+    try:
+        check_signature(event, digest)
+    except InvalidEvent:
+        raise ProtocolViolation(f"relay served event {event.id} with a bad signature") from None
 
 
 def parse_page(body: bytes, *, verify: bool = True) -> Page:
@@ -139,7 +136,7 @@ def parse_page(body: bytes, *, verify: bool = True) -> Page:
         raise ProtocolViolation("incremental page lacks its more/reset flags")
     parsed_events = [parse_artifact_event(event, verify=False) for event in events]
     if verify:
-        _verify_all(events)
+        _verify_all([parsed.event for parsed in parsed_events])
     parsed_removed: list[tuple[str, str]] = []
     for entry in removed:
         d = entry.get("d") if isinstance(entry, dict) else None
@@ -161,12 +158,12 @@ def _verify_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=VERIFY_THREADS, thread_name_prefix="buzz-verify")
 
 
-def _verify_chunk(events: list[dict[str, Any]]) -> None:
+def _verify_chunk(events: list[Event]) -> None:
     for event in events:
         _verify(event)
 
 
-def _verify_all(events: list[dict[str, Any]]) -> None:
+def _verify_all(events: list[Event]) -> None:
     """Checks every event's id and signature (shape was checked by ``parse_artifact_event``);
     raises ``ProtocolViolation`` for the first bad one found."""
     if VERIFY_THREADS < 2 or len(events) <= VERIFY_CHUNK:

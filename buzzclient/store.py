@@ -29,6 +29,7 @@ import orjson
 
 from buzzclient.errors import ConcurrentSync, SyncError
 from buzzclient.page import ArtifactEvent, Page
+from nostr.events import Event, served_event
 from nostr.kinds import KIND_REMOVAL_MARKER
 
 logger = logging.getLogger("buzzclient")
@@ -368,14 +369,14 @@ class CollectionStore:
         )
         return Changes(added=new_count - kept, updated=updated, removed=old_count - kept)
 
-    def artifacts(self, collection_id: int) -> dict[str, dict[str, Any]]:
-        """The live collection: ``d`` -> the stored event."""
+    def artifacts(self, collection_id: int) -> dict[str, Event]:
+        """The live collection: ``d`` -> the stored event (checked when its page was applied)."""
         rows = self.db.execute(
             "SELECT a.d, a.event FROM artifacts AS a JOIN collections AS c"
             " ON a.collection_id = c.id AND a.slot = c.live_slot WHERE c.id = ?",
             (collection_id,),
         )
-        return {row[0]: orjson.loads(row[1]) for row in rows}
+        return {row[0]: served_event(orjson.loads(row[1])) for row in rows}
 
     def heads(self, collection_id: int) -> dict[str, str]:
         """The live collection as ``d`` -> head event id (cheap to compare)."""
@@ -387,8 +388,9 @@ class CollectionStore:
         return {row[0]: row[1] for row in rows}
 
 
-def _row(collection_id: int, slot: int, event: ArtifactEvent) -> tuple[Any, ...]:
+def _row(collection_id: int, slot: int, entry: ArtifactEvent) -> tuple[Any, ...]:
+    event = entry.event
     return (
-        collection_id, slot, event.d, event.event_id, event.kind, event.pubkey,
-        event.created_at, event.channel, event.type, event.op, event.title, event.event_json,
+        collection_id, slot, entry.d, event.id, event.kind, event.pubkey,
+        event.created_at, entry.channel, entry.type, entry.op, entry.title, event.raw,
     )

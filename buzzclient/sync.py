@@ -30,7 +30,7 @@ from buzzclient.errors import ProtocolViolation, RelayRejected
 from buzzclient.page import parse_page
 from buzzclient.store import Changes, CollectionKey, CollectionStore, PageApplied
 from buzzclient.transport import RelayAddress, RelayHttp, RelayInfo
-from nostr.events import is_canonical_uuid
+from nostr.events import Event, is_canonical_uuid
 from nostr.schnorr import pubkey_from_secret
 
 logger = logging.getLogger("buzzclient")
@@ -280,7 +280,7 @@ class Syncer:
                 return current.summary
         raise ProtocolViolation(f"round did not finish within {max_pages} pages")
 
-    def artifacts(self) -> dict[str, dict[str, Any]]:
+    def artifacts(self) -> dict[str, Event]:
         """The live collection: ``d`` -> stored event."""
         return self.store.artifacts(self.collection_id)
 
@@ -299,7 +299,7 @@ def sync_once(
     page_limit: int | None = None,
     verify: bool = True,
     http_client: httpx.Client | None = None,
-) -> tuple[RoundSummary, dict[str, dict[str, Any]]]:
+) -> tuple[RoundSummary, dict[str, Event]]:
     """Run one complete round for a reader and return its summary and the live collection.
 
     The reader driver for tests: ``http_client`` may be an ``httpx.Client`` with

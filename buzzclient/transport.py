@@ -25,6 +25,7 @@ from buzzclient.errors import (
     Unauthorized,
     UnknownCommunity,
 )
+from nostr.events import Event
 from nostr.nip98 import make_nip98_header, normalize_url
 
 logger = logging.getLogger("buzzclient")
@@ -163,11 +164,11 @@ class RelayHttp:
         body = orjson.dumps([filter_])
         return self._send("POST", endpoint, body).content
 
-    def publish(self, event: dict[str, Any]) -> tuple[bool, str]:
+    def publish(self, event: Event) -> tuple[bool, str]:
         """``POST /event`` (PROTOCOL.md section 4): ``(accepted, message)`` of the relay's
         ``OK`` answer, e.g. ``(False, "restricted: ...")``. Signed NIP-98 with this key, so the
         event's author must be this key."""
-        answer = _json_body(self._send("POST", "/event", orjson.dumps(event)))
+        answer = _json_body(self._send("POST", "/event", event.raw.encode()))
         if not (isinstance(answer, list) and len(answer) == 4 and answer[0] == "OK"
                 and isinstance(answer[2], bool) and isinstance(answer[3], str)):
             raise ProtocolViolation(f"{self.address.base_url}/event answered {answer!r:.200}")

@@ -24,7 +24,7 @@ from buzzclient.backoff import RetryPolicy
 from buzzclient.errors import SyncError, Unauthorized, UnknownCommunity
 from buzzclient.sync import Round, RoundSummary, Syncer
 from nostr.kinds import SYNC_KINDS
-from nostr.nip42 import make_auth_event
+from nostr.nip42 import make_auth
 
 logger = logging.getLogger("buzzclient")
 
@@ -81,10 +81,10 @@ class LiveHints(threading.Thread):
         challenge = self._expect(ws, "AUTH")[1:2]
         if not challenge or not isinstance(challenge[0], str):
             raise SessionError("relay sent a malformed AUTH challenge")
-        auth = make_auth_event(self._secret, challenge=challenge[0], relay_url=self.ws_url)
-        ws.send(orjson.dumps(["AUTH", auth]).decode())
+        auth = make_auth(self._secret, challenge=challenge[0], relay_url=self.ws_url)
+        ws.send(f'["AUTH",{auth.raw}]')
         answer = self._expect(ws, "OK")
-        if len(answer) < 3 or answer[1] != auth["id"] or answer[2] is not True:
+        if len(answer) < 3 or answer[1] != auth.id or answer[2] is not True:
             raise SessionError(f"relay refused our AUTH: {answer[3] if len(answer) > 3 else ''}")
         subscriptions = self._subscribe(ws)
         self.connected.set()

@@ -33,6 +33,19 @@ class DatabaseConfig:
     port: str
     options: dict[str, str] = field(default_factory=dict)
 
+    def django_settings(self) -> dict[str, object]:
+        """This URL as a Django `DATABASES` entry (settings.py adds the relay's own options and
+        pooling; `artifacts.db.psycopg_connect_kwargs` turns an entry into libpq arguments)."""
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": self.name,
+            "USER": self.user,
+            "PASSWORD": self.password,
+            "HOST": self.host,
+            "PORT": self.port,
+            "OPTIONS": dict(self.options),
+        }
+
 
 @dataclass(frozen=True)
 class Config:

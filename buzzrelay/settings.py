@@ -82,12 +82,7 @@ if CONFIG.database is not None:
     _db = CONFIG.database
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": _db.name,
-            "USER": _db.user,
-            "PASSWORD": _db.password,
-            "HOST": _db.host,
-            "PORT": _db.port,
+            **_db.django_settings(),
             # Under ASGI every request runs its sync view on a thread of its own: persistent
             # connections (CONN_MAX_AGE) would leave one PostgreSQL connection per thread
             # behind (measured: "too many clients" 503s under load). A pool shared by the

@@ -1,8 +1,10 @@
-"""NIP-01 events: canonical id, validation of untrusted events, signing.
+"""NIP-01 events: the ``Event`` type, canonical id, validation of untrusted events, signing.
 
 ``parse_event`` runs every check PROTOCOL.md section 2 lists before policy, cheapest first, so
 a malformed event never costs a signature verification. The work per event is one orjson
-parse, one orjson serialization for the id, one sha256 and one BIP-340 verification.
+parse, one orjson serialization for the id, one sha256 and one BIP-340 verification; the
+``Event`` it returns keeps the JSON text exactly as received (``raw``), which is what the relay
+stores and serves byte for byte, so nothing downstream serializes an event again.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import hashlib
 import re
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -29,8 +31,12 @@ from nostr.jsonstrict import (
 __all__ = [
     "DEFAULT_LIMITS",
     "EVENT_KEYS",
+    "DuplicateTag",
+    "Event",
     "EventLimits",
     "InvalidEvent",
+    "Tag",
+    "check_event_id",
     "check_signature",
     "compute_event_id",
     "first_tag",
@@ -40,7 +46,11 @@ __all__ = [
     "parse_event",
     "parse_event_unverified",
     "serialize_event",
+    "served_event",
+    "sign",
     "sign_event",
+    "single_tag",
+    "single_tag_value",
     "tag_values",
 ]
 
@@ -65,6 +75,50 @@ class EventLimits:
 
 
 DEFAULT_LIMITS = EventLimits()
+
+Tag = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A NIP-01 event, parsed once from the wire (``parse_event``) or signed here (``sign``).
+
+    ``raw`` is the event's JSON text exactly as received (a client's spacing, key order and
+    escapes included): the relay stores and serves it verbatim, and the id and signature are
+    over the canonical serialization, which any spelling of the same event shares. Built only
+    by this module, after every check, so the fields always have the types NIP-01 gives them.
+    """
+
+    id: str
+    pubkey: str
+    created_at: int
+    kind: int
+    tags: tuple[Tag, ...]
+    content: str
+    sig: str
+    raw: str = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The NIP-01 object (for JSON a caller builds around it; ``raw`` is the event's text)."""
+        return {
+            "id": self.id,
+            "pubkey": self.pubkey,
+            "created_at": self.created_at,
+            "kind": self.kind,
+            "tags": [list(tag) for tag in self.tags],
+            "content": self.content,
+            "sig": self.sig,
+        }
+
+
+def _event(fields: dict[str, Any], raw: str) -> Event:
+    """The ``Event`` of an object whose fields were checked (``_check_fields``)."""
+    # Positional: this runs once per parsed event (every NIP-98 header too), and keywords cost
+    # a third more here.
+    return Event(
+        fields["id"], fields["pubkey"], fields["created_at"], fields["kind"],
+        tuple(map(tuple, fields["tags"])), fields["content"], fields["sig"], raw,
+    )
 
 
 class InvalidEvent(ValueError):
@@ -109,13 +163,15 @@ def parse_event(
     *,
     now: int,
     limits: EventLimits = DEFAULT_LIMITS,
-) -> dict[str, Any]:
+    parsed: dict[str, Any] | None = None,
+) -> Event:
     """Validate an untrusted event (JSON text or an already strictly parsed object).
 
     Checks shape and types, sizes, the ``created_at`` window around ``now``, the id and the
-    signature; returns the event object. Raises ``InvalidEvent``.
+    signature; returns the ``Event``. Raises ``InvalidEvent``. ``parsed``: see
+    ``parse_event_unverified``.
     """
-    event, event_id = parse_event_unverified(raw, now=now, limits=limits)
+    event, event_id = parse_event_unverified(raw, now=now, limits=limits, parsed=parsed)
     check_signature(event, event_id)
     return event
 
@@ -125,34 +181,87 @@ def parse_event_unverified(
     *,
     now: int,
     limits: EventLimits = DEFAULT_LIMITS,
-) -> tuple[dict[str, Any], bytes]:
+    parsed: dict[str, Any] | None = None,
+) -> tuple[Event, bytes]:
     """Every check of ``parse_event`` but the signature; returns the event and its 32-byte id.
 
     For callers (NIP-98, NIP-42) that have cheap checks of their own to run before paying for
     the signature; they finish with ``check_signature``. A ``dict`` must come from
-    ``loads_strict`` (or equally strict code): duplicate keys cannot be seen in a dict.
+    ``loads_strict`` (or equally strict code): duplicate keys cannot be seen in a dict; its
+    ``raw`` text is then its compact JSON. ``parsed`` is the object the text ``raw`` was
+    already strictly parsed to (a WebSocket message holding the event): it is not parsed
+    again, and ``raw`` is kept as the event's text.
     """
-    event, text = _event_object(raw, limits)
+    event, text = _event_object(raw, limits, parsed)
     _check_fields(event, limits)
     _check_created_at(event["created_at"], now, limits)
     # Fields were checked above, so serialization cannot fail.
     canonical = orjson.dumps(
         [0, event["pubkey"], event["created_at"], event["kind"], event["tags"], event["content"]]
     )
-    if text is not None:
+    if parsed is None and not isinstance(raw, dict):
         _check_no_duplicate_keys(text, event, canonical)
     event_id = hashlib.sha256(canonical).digest()
     if event_id.hex() != event["id"]:
         raise InvalidEvent("bad event id")
-    return event, event_id
+    # Text given as str is kept as it came; bytes are UTF-8 orjson (or the encoder) validated.
+    return _event(event, raw if isinstance(raw, str) else text.decode("utf-8")), event_id
 
 
-def check_signature(event: dict[str, Any], event_id: bytes) -> None:
+# No size limit: what a relay serves it has already accepted under limits of its own.
+_NO_LIMITS = EventLimits(max_event_bytes=2**62, max_tags=2**62, max_tag_value_bytes=2**62)
+
+
+def served_event(obj: object) -> Event:
+    """The ``Event`` of an object a relay served (parsed from its answer): its fields checked as
+    ``parse_event`` checks them, without a time window (stored events are old) or size limits;
+    the id and signature are the caller's to check (``check_event_id``, ``check_signature``).
+    ``raw`` is the object's compact JSON. Raises ``InvalidEvent``."""
+    if not isinstance(obj, dict):
+        raise InvalidEvent("event must be a JSON object")
+    fields, text = _checked_dict(obj, _NO_LIMITS)
+    _check_fields(fields, _NO_LIMITS)
+    return _event(fields, text.decode("utf-8"))
+
+
+def check_event_id(event: Event) -> bytes:
+    """The 32-byte id of ``event``'s canonical serialization; raises ``InvalidEvent`` when it is
+    not the id the event claims."""
+    digest = hashlib.sha256(
+        serialize_event(event.pubkey, event.created_at, event.kind, event.tags, event.content)
+    ).digest()
+    if digest.hex() != event.id:
+        raise InvalidEvent("bad event id")
+    return digest
+
+
+def check_signature(event: Event, event_id: bytes) -> None:
     """Verify the BIP-340 signature of an event checked by ``parse_event_unverified``."""
-    if not schnorr.verify_bytes(
-        bytes.fromhex(event["pubkey"]), event_id, bytes.fromhex(event["sig"])
-    ):
+    if not schnorr.verify_bytes(bytes.fromhex(event.pubkey), event_id, bytes.fromhex(event.sig)):
         raise InvalidEvent("bad signature")
+
+
+def sign(
+    secret_hex: str,
+    *,
+    kind: int,
+    tags: Iterable[Sequence[str]],
+    content: str,
+    created_at: int | None = None,
+) -> Event:
+    """Build and sign an event; ``created_at`` defaults to the current time. Its ``raw`` text
+    is the compact JSON of its NIP-01 object."""
+    pubkey = schnorr.pubkey_from_secret(secret_hex)
+    if created_at is None:
+        created_at = int(time.time())
+    tag_tuple = tuple(tuple(tag) for tag in tags)
+    digest = hashlib.sha256(serialize_event(pubkey, created_at, kind, tag_tuple, content))
+    event_id, sig = digest.hexdigest(), schnorr.sign(secret_hex, digest.digest())
+    raw = orjson.dumps(
+        {"id": event_id, "pubkey": pubkey, "created_at": created_at, "kind": kind,
+         "tags": tag_tuple, "content": content, "sig": sig}
+    ).decode()
+    return Event(event_id, pubkey, created_at, kind, tag_tuple, content, sig, raw)
 
 
 def sign_event(
@@ -163,26 +272,14 @@ def sign_event(
     content: str,
     created_at: int | None = None,
 ) -> dict[str, Any]:
-    """Build and sign an event; ``created_at`` defaults to the current time."""
-    pubkey = schnorr.pubkey_from_secret(secret_hex)
-    if created_at is None:
-        created_at = int(time.time())
-    tag_list = [list(tag) for tag in tags]
-    event_id = hashlib.sha256(serialize_event(pubkey, created_at, kind, tag_list, content))
-    return {
-        "id": event_id.hexdigest(),
-        "pubkey": pubkey,
-        "created_at": created_at,
-        "kind": kind,
-        "tags": tag_list,
-        "content": content,
-        "sig": schnorr.sign(secret_hex, event_id.digest()),
-    }
+    """``sign``'s event as its NIP-01 object: for code that builds wire JSON by hand (tests
+    crafting variants of a valid event). Everything else takes the ``Event``."""
+    return sign(secret_hex, kind=kind, tags=tags, content=content, created_at=created_at).to_dict()
 
 
-def tag_values(event: dict[str, Any], name: str) -> list[str]:
+def tag_values(event: Event, name: str) -> list[str]:
     """The first values (index 1) of every tag called ``name``, in order."""
-    return [tag[1] for tag in event["tags"] if len(tag) > 1 and tag[0] == name]
+    return [tag[1] for tag in event.tags if len(tag) > 1 and tag[0] == name]
 
 
 class DuplicateTag(ValueError):
@@ -193,48 +290,48 @@ class DuplicateTag(ValueError):
         self.name = name
 
 
-def single_tag(event: dict[str, Any], name: str) -> list[str] | None:
+def single_tag(event: Event, name: str) -> Tag | None:
     """The one tag called ``name`` (with or without a value), or ``None`` when there is none.
 
     Raises ``DuplicateTag`` when several are called ``name``, valued or not: with two, a verifier
     and a reader of the same event could disagree on which one counts.
     """
-    found = [tag for tag in event["tags"] if tag and tag[0] == name]
+    found = [tag for tag in event.tags if tag[0] == name]
     if len(found) > 1:
         raise DuplicateTag(name)
     return found[0] if found else None
 
 
-def single_tag_value(event: dict[str, Any], name: str) -> str | None:
+def single_tag_value(event: Event, name: str) -> str | None:
     """The value of the one tag called ``name``; ``None`` when it is absent or has no value.
     Raises ``DuplicateTag`` as ``single_tag`` does."""
     tag = single_tag(event, name)
     if tag is None or len(tag) < 2:
         return None
-    value: str = tag[1]
-    return value
+    return tag[1]
 
 
-def first_tag(event: dict[str, Any], name: str) -> str | None:
+def first_tag(event: Event, name: str) -> str | None:
     """The value of the first tag called ``name`` that has a value, or ``None``."""
-    for tag in event["tags"]:
+    for tag in event.tags:
         if len(tag) > 1 and tag[0] == name:
-            value: str = tag[1]
-            return value
+            return tag[1]
     return None
 
 
-def has_tag(event: dict[str, Any], name: str) -> bool:
+def has_tag(event: Event, name: str) -> bool:
     """Whether any tag is called ``name`` (with or without values, e.g. ``["private"]``)."""
-    return any(tag[0] == name for tag in event["tags"])
+    return any(tag[0] == name for tag in event.tags)
 
 
 def _event_object(
-    raw: bytes | bytearray | memoryview | str | dict[str, Any], limits: EventLimits
-) -> tuple[dict[str, Any], bytes | bytearray | None]:
-    """The event object, and the JSON text it was read from (``None`` for a dict)."""
+    raw: bytes | bytearray | memoryview | str | dict[str, Any],
+    limits: EventLimits,
+    parsed: dict[str, Any] | None,
+) -> tuple[dict[str, Any], bytes | bytearray]:
+    """The event object, and the JSON text it was read from (a dict's compact JSON)."""
     if isinstance(raw, dict):
-        return _checked_dict(raw, limits), None
+        return _checked_dict(raw, limits)
     if isinstance(raw, str):
         if len(raw) > limits.max_event_bytes:  # each character is at least one byte
             raise _too_large(len(raw), limits)
@@ -246,6 +343,8 @@ def _event_object(
         raw = raw.tobytes()
     if len(raw) > limits.max_event_bytes:
         raise _too_large(len(raw), limits)
+    if parsed is not None:
+        return parsed, raw
     try:
         # Duplicate keys are ruled out later, more cheaply than a generic check can, once the
         # event's shape and canonical serialization are known (_check_no_duplicate_keys).
@@ -257,16 +356,16 @@ def _event_object(
     return parsed, raw
 
 
-def _checked_dict(event: dict[str, Any], limits: EventLimits) -> dict[str, Any]:
+def _checked_dict(event: dict[str, Any], limits: EventLimits) -> tuple[dict[str, Any], bytes]:
     # The size of an already parsed event is that of its compact JSON, which also proves the
     # object is JSON (no lone surrogates, no foreign types) before anything else looks at it.
     try:
-        size = len(orjson.dumps(event))
+        text = orjson.dumps(event)
     except orjson.JSONEncodeError:
         raise InvalidEvent("event is not valid JSON (lone surrogate or non-JSON value)") from None
-    if size > limits.max_event_bytes:
-        raise _too_large(size, limits)
-    return event
+    if len(text) > limits.max_event_bytes:
+        raise _too_large(len(text), limits)
+    return event, text
 
 
 def _too_large(size: int, limits: EventLimits) -> InvalidEvent:

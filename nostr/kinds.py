@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Final
 
+# NIP-09 deletion requests: refused here (artifacts are deleted with `op delete`).
+KIND_DELETION: Final = 5
+
 # NIP-AR: an artifact revision, and the relay-signed removal marker a move leaves in the source.
 KIND_ARTIFACT: Final = 45010
 KIND_REMOVAL_MARKER: Final = 45011

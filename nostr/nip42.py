@@ -7,11 +7,12 @@ from typing import Any
 
 from nostr.events import (
     DuplicateTag,
+    Event,
     EventLimits,
     InvalidEvent,
     check_signature,
     parse_event_unverified,
-    sign_event,
+    sign,
     single_tag_value,
 )
 from nostr.kinds import KIND_CLIENT_AUTH
@@ -21,6 +22,7 @@ __all__ = [
     "KIND_CLIENT_AUTH",
     "WS_DEFAULT_PORTS",
     "Nip42Error",
+    "make_auth",
     "make_auth_event",
     "normalize_relay_url",
     "verify_auth_event",
@@ -63,7 +65,7 @@ def verify_auth_event(
         parsed, event_id = parse_event_unverified(event, now=now, limits=limits)
     except InvalidEvent as exc:
         raise Nip42Error(f"invalid auth event: {exc}") from None
-    if parsed["kind"] != KIND_CLIENT_AUTH:
+    if parsed.kind != KIND_CLIENT_AUTH:
         raise Nip42Error(f"auth event kind must be {KIND_CLIENT_AUTH}")
     signed_challenge = _single_tag(parsed, "challenge")
     if signed_challenge is None:
@@ -75,15 +77,24 @@ def verify_auth_event(
         check_signature(parsed, event_id)
     except InvalidEvent as exc:
         raise Nip42Error(f"invalid auth event: {exc}") from None
-    pubkey: str = parsed["pubkey"]
-    return pubkey
+    return parsed.pubkey
 
 
 def make_auth_event(
     secret_hex: str, *, challenge: str, relay_url: str, created_at: int | None = None
 ) -> dict[str, Any]:
-    """A signed AUTH event answering ``challenge`` for the relay at ``relay_url``."""
-    return sign_event(
+    """A signed AUTH event answering ``challenge`` for the relay at ``relay_url``, as the NIP-01
+    object a client puts in ``["AUTH", <event>]``."""
+    return make_auth(
+        secret_hex, challenge=challenge, relay_url=relay_url, created_at=created_at
+    ).to_dict()
+
+
+def make_auth(
+    secret_hex: str, *, challenge: str, relay_url: str, created_at: int | None = None
+) -> Event:
+    """The signed AUTH ``Event`` answering ``challenge`` for the relay at ``relay_url``."""
+    return sign(
         secret_hex,
         kind=KIND_CLIENT_AUTH,
         tags=[["relay", relay_url], ["challenge", challenge]],
@@ -92,7 +103,7 @@ def make_auth_event(
     )
 
 
-def _single_tag(event: dict[str, Any], name: str) -> str | None:
+def _single_tag(event: Event, name: str) -> str | None:
     try:
         return single_tag_value(event, name)
     except DuplicateTag:
@@ -100,7 +111,7 @@ def _single_tag(event: dict[str, Any], name: str) -> str | None:
         return None
 
 
-def _check_relay(event: dict[str, Any], relay_url: str) -> None:
+def _check_relay(event: Event, relay_url: str) -> None:
     signed_url = _single_tag(event, "relay")
     if signed_url is None:
         raise Nip42Error("auth event needs exactly one relay tag")

@@ -13,18 +13,16 @@ import re
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
-
-import orjson
 
 from nostr.events import (
     DuplicateTag,
+    Event,
     EventLimits,
     InvalidEvent,
     check_signature,
     parse_event_unverified,
-    sign_event,
+    sign,
     single_tag_value,
 )
 from nostr.kinds import KIND_HTTP_AUTH
@@ -125,7 +123,7 @@ def verify_nip98(
         event, event_id = parse_event_unverified(event_json, now=now, limits=limits)
     except InvalidEvent as exc:
         raise Nip98Error(f"invalid auth event: {exc}") from None
-    if event["kind"] != KIND_HTTP_AUTH:
+    if event.kind != KIND_HTTP_AUTH:
         raise Nip98Error(f"auth event kind must be {KIND_HTTP_AUTH}")
     _check_url(event, url)
     _check_method(event, method)
@@ -134,7 +132,7 @@ def verify_nip98(
         check_signature(event, event_id)
     except InvalidEvent as exc:
         raise Nip98Error(f"invalid auth event: {exc}") from None
-    return Nip98Auth(pubkey=event["pubkey"], event_id=event["id"], created_at=event["created_at"])
+    return Nip98Auth(pubkey=event.pubkey, event_id=event.id, created_at=event.created_at)
 
 
 def make_nip98_header(
@@ -158,10 +156,8 @@ def make_nip98_header(
     if nonce:
         tags.append(["nonce", secrets.token_hex(16)])
     tags.extend(list(tag) for tag in extra_tags)
-    event = sign_event(
-        secret_hex, kind=KIND_HTTP_AUTH, tags=tags, content="", created_at=created_at
-    )
-    return "Nostr " + base64.b64encode(orjson.dumps(event)).decode("ascii")
+    event = sign(secret_hex, kind=KIND_HTTP_AUTH, tags=tags, content="", created_at=created_at)
+    return "Nostr " + base64.b64encode(event.raw.encode()).decode("ascii")
 
 
 def _decode_header(authorization: str | None, max_header_bytes: int) -> bytes:
@@ -191,7 +187,7 @@ def _decode_header(authorization: str | None, max_header_bytes: int) -> bytes:
         raise Nip98Error("auth event is not valid base64") from None
 
 
-def _single_tag(event: dict[str, Any], name: str) -> str | None:
+def _single_tag(event: Event, name: str) -> str | None:
     try:
         return single_tag_value(event, name)
     except DuplicateTag:
@@ -199,7 +195,7 @@ def _single_tag(event: dict[str, Any], name: str) -> str | None:
         raise Nip98Error(f"auth event has more than one {name} tag") from None
 
 
-def _check_url(event: dict[str, Any], url: str) -> None:
+def _check_url(event: Event, url: str) -> None:
     signed_url = _single_tag(event, "u")
     if signed_url is None:
         raise Nip98Error("auth event has no u tag")
@@ -219,7 +215,7 @@ def _check_url(event: dict[str, Any], url: str) -> None:
         raise Nip98Error("auth event u tag does not match the request URL")
 
 
-def _check_method(event: dict[str, Any], method: str) -> None:
+def _check_method(event: Event, method: str) -> None:
     signed_method = _single_tag(event, "method")
     if signed_method is None:
         raise Nip98Error("auth event has no method tag")
@@ -228,7 +224,7 @@ def _check_method(event: dict[str, Any], method: str) -> None:
         raise Nip98Error("auth event method tag does not match the request method")
 
 
-def _check_payload(event: dict[str, Any], body: bytes | None) -> None:
+def _check_payload(event: Event, body: bytes | None) -> None:
     payload = _single_tag(event, "payload")
     if payload is None:
         if body:

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-import orjson
 from django.conf import settings
 from django.db import connection
 
@@ -27,7 +26,7 @@ from artifacts.selectors.permissions import ChannelAccess, channel_access
 from artifacts.services.errors import Invalid, Restricted
 from artifacts.services.tags import checked_tag, event_id_value, uuid_value
 from artifacts.services.transactions import WriteContext, store_event
-from nostr.events import sign_event
+from nostr.events import Event, sign
 from nostr.kinds import KIND_REMOVAL_MARKER
 
 Op = ArtifactRevision.Op
@@ -59,7 +58,7 @@ class Head:
     deleted: bool
 
 
-def parse_envelope(event: dict[str, Any]) -> Envelope:
+def parse_envelope(event: Event) -> Envelope:
     """The NIP-AR envelope of a 45010 event; raises `Invalid`."""
     values: dict[str, str] = {}
     for name in ENVELOPE_TAGS:
@@ -93,7 +92,7 @@ def parse_envelope(event: dict[str, Any]) -> Envelope:
         raise Invalid(f"{op} needs a title tag")
     if title is not None and (not title.strip() or len(title.encode("utf-8")) > MAX_TITLE_BYTES):
         raise Invalid(f"title must be non-blank and at most {MAX_TITLE_BYTES} bytes")
-    if op == Op.DELETE and event["content"] != "":
+    if op == Op.DELETE and event.content != "":
         raise Invalid("delete carries empty content")
     root = values.get("root")
     return Envelope(
@@ -120,14 +119,14 @@ def artifact_lock_key(community_id: int, artifact_id: UUID) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-def artifact_revision_accept(*, ctx: WriteContext, event: dict[str, Any], now: int) -> None:
+def artifact_revision_accept(*, ctx: WriteContext, event: Event, now: int) -> None:
     """Apply a verified, already stored 45010 event by its authenticated author.
 
     Runs inside the ingest's write transaction; takes the artifact's advisory lock, then the
     head's row lock. Raises `Invalid`/`Restricted` (the caller rolls everything back).
     """
     envelope = parse_envelope(event)
-    author = event["pubkey"]
+    author = event.pubkey
     home = channel_access(community_id=ctx.community_id, channel_id=envelope.home, pubkey=author)
     if not home.artifacts_enabled:
         raise Restricted("artifacts are disabled in this community")
@@ -195,7 +194,7 @@ def _check_transition(
 
 def _advance_head(
     ctx: WriteContext,
-    event: dict[str, Any],
+    event: Event,
     envelope: Envelope,
     head: Head | None,
     source: UUID | None,
@@ -206,9 +205,9 @@ def _advance_head(
         " prev_event_id, created_at, source_channel_id, modified_at)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, statement_timestamp())"
     )
-    revision_params = [
-        ctx.community_id, event["id"], envelope.artifact_id, envelope.home, envelope.op,
-        envelope.prev, event["created_at"], source,
+    revision_params: list[Any] = [
+        ctx.community_id, event.id, envelope.artifact_id, envelope.home, envelope.op,
+        envelope.prev, event.created_at, source,
     ]
     deleted = envelope.op == Op.DELETE
     if head is None:
@@ -218,8 +217,8 @@ def _advance_head(
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, statement_timestamp())"
         )
         head_params: list[Any] = [
-            ctx.community_id, envelope.artifact_id, event["id"], envelope.home,
-            envelope.artifact_type, envelope.root, deleted, event["created_at"],
+            ctx.community_id, envelope.artifact_id, event.id, envelope.home,
+            envelope.artifact_type, envelope.root, deleted, event.created_at,
         ]
     else:
         head_sql = (
@@ -228,7 +227,7 @@ def _advance_head(
             " WHERE community_id = %s AND artifact_id = %s"
         )
         head_params = [
-            event["id"], envelope.home, envelope.root, deleted, event["created_at"],
+            event.id, envelope.home, envelope.root, deleted, event.created_at,
             ctx.community_id, envelope.artifact_id,
         ]
     with connection.cursor() as cursor:
@@ -242,7 +241,7 @@ def _store_removal_marker(
     ctx: WriteContext, artifact_id: UUID, source: UUID, prev: str, now: int
 ) -> None:
     """The relay-signed 45011 in the source channel: identity, source and replay position only."""
-    marker = sign_event(
+    marker = sign(
         settings.RELAY_SIGNING_SECRET,
         kind=KIND_REMOVAL_MARKER,
         tags=[
@@ -255,4 +254,4 @@ def _store_removal_marker(
         content="",
         created_at=now,
     )
-    store_event(ctx, event=marker, raw=orjson.dumps(marker).decode(), channel_id=source)
+    store_event(ctx, event=marker, channel_id=source)

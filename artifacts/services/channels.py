@@ -10,7 +10,6 @@ increments `listing_version` without stamping: it changes which channels exist, 
 
 from __future__ import annotations
 
-from typing import Any
 from uuid import UUID
 
 from django.db import connection
@@ -26,6 +25,7 @@ from artifacts.services.transactions import (
     lock_community,
     write_transaction,
 )
+from nostr.events import Event
 
 MAX_NAME_CHARS = 200  # channels.name is varchar(200)
 Visibility = Channel.Visibility
@@ -163,14 +163,14 @@ def channel_unarchive(*, community_id: int, channel_id: UUID) -> bool:
     )
 
 
-def channel_create_event(*, ctx: WriteContext, event: dict[str, Any], now: int) -> None:
+def channel_create_event(*, ctx: WriteContext, event: Event, now: int) -> None:
     """Kind 9007: community admins, or anyone when the community allows open creation."""
     channel_id = channel_tag(event)
     name_tag = checked_tag(event, "name")
     assert name_tag is not None
     visibility = visibility_flag(event) or Visibility.OPEN
     actor = channel_access(
-        community_id=ctx.community_id, channel_id=channel_id, pubkey=event["pubkey"]
+        community_id=ctx.community_id, channel_id=channel_id, pubkey=event.pubkey
     )
     if not (actor.community_admin or actor.open_channel_creation):
         raise Restricted("only community admins may create channels here")
@@ -179,17 +179,17 @@ def channel_create_event(*, ctx: WriteContext, event: dict[str, Any], now: int) 
         channel_id=channel_id,
         name=name_tag[1],
         visibility=visibility,
-        created_by=event["pubkey"],
+        created_by=event.pubkey,
     )
 
 
-def channel_update_event(*, ctx: WriteContext, event: dict[str, Any], now: int) -> None:
+def channel_update_event(*, ctx: WriteContext, event: Event, now: int) -> None:
     """Kind 9002: channel owners and admins, and community admins."""
     channel_id = channel_tag(event)
     name_tag = checked_tag(event, "name", required=False)
     visibility = visibility_flag(event)
     actor = channel_access(
-        community_id=ctx.community_id, channel_id=channel_id, pubkey=event["pubkey"]
+        community_id=ctx.community_id, channel_id=channel_id, pubkey=event.pubkey
     )
     if not actor.channel_manager:
         raise Restricted(f"not allowed to edit channel {channel_id}")
@@ -203,11 +203,11 @@ def channel_update_event(*, ctx: WriteContext, event: dict[str, Any], now: int) 
     )
 
 
-def channel_delete_event(*, ctx: WriteContext, event: dict[str, Any], now: int) -> None:
+def channel_delete_event(*, ctx: WriteContext, event: Event, now: int) -> None:
     """Kind 9008: the channel's owner, or a community admin."""
     channel_id = channel_tag(event)
     actor = channel_access(
-        community_id=ctx.community_id, channel_id=channel_id, pubkey=event["pubkey"]
+        community_id=ctx.community_id, channel_id=channel_id, pubkey=event.pubkey
     )
     if not (actor.exists and (actor.role == ChannelMember.Role.OWNER or actor.community_admin)):
         raise Restricted(f"not allowed to delete channel {channel_id}")

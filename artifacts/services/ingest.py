@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from django.conf import settings
@@ -34,6 +34,7 @@ from artifacts.services.tags import channel_tag
 from artifacts.services.transactions import WriteContext, store_event, write_transaction
 from nostr.events import (
     DEFAULT_LIMITS,
+    Event,
     EventLimits,
     InvalidEvent,
     check_signature,
@@ -44,6 +45,7 @@ from nostr.kinds import (
     KIND_ARTIFACT,
     KIND_CREATE_CHANNEL,
     KIND_DELETE_CHANNEL,
+    KIND_DELETION,
     KIND_EDIT_CHANNEL,
     KIND_PUT_MEMBER,
     KIND_REDACTION,
@@ -53,10 +55,13 @@ from nostr.kinds import (
 
 logger = logging.getLogger(__name__)
 
-Handler = Callable[..., None]
+class Handler(Protocol):
+    """What applies one kind's verified, stored event inside the write transaction."""
+
+    def __call__(self, *, ctx: WriteContext, event: Event, now: int) -> None: ...
 
 
-def _relay_only(*, ctx: WriteContext, event: dict[str, Any], now: int) -> None:
+def _relay_only(*, ctx: WriteContext, event: Event, now: int) -> None:
     raise Restricted("removal markers (45011) are written by the relay only")
 
 
@@ -93,27 +98,31 @@ def ingest_event(
     raw: bytes | str | dict[str, Any],
     authenticated_pubkeys: Collection[str],
     now: int | None = None,
+    parsed: dict[str, Any] | None = None,
 ) -> IngestResult:
     """Verify, authorize and apply one event for `community`.
 
     `raw` is the event as received (JSON bytes or text, or an object parsed by
-    `nostr.jsonstrict.loads_strict`); `authenticated_pubkeys` are those proven by NIP-98 or
-    NIP-42 on this request or connection. `now` (Unix seconds) defaults to the current time.
+    `nostr.jsonstrict.loads_strict`); `parsed` is the object `raw`'s text was already strictly
+    parsed to (the WebSocket's EVENT message), so it is not parsed again. The event is stored
+    and served as that text. `authenticated_pubkeys` are those proven by NIP-98 or NIP-42 on
+    this request or connection. `now` (Unix seconds) defaults to the current time.
     """
     now = int(time.time()) if now is None else now
     try:
-        event, digest = parse_event_unverified(raw, now=now, limits=_limits())
+        event, digest = parse_event_unverified(raw, now=now, limits=_limits(), parsed=parsed)
         check_storable(event)
         check_signature(event, digest)
     except InvalidEvent as exc:
-        return IngestResult(_claimed_id(raw), False, f"invalid: {exc}")
-    event_id = event["id"]
-    if event["pubkey"] not in authenticated_pubkeys:
+        return IngestResult(_claimed_id(parsed if parsed is not None else raw), False,
+                            f"invalid: {exc}")
+    event_id = event.id
+    if event.pubkey not in authenticated_pubkeys:
         return IngestResult(event_id, False, "restricted: event author is not authenticated")
-    kind = event["kind"]
+    kind = event.kind
     handler = HANDLERS.get(kind)
     if handler is None:
-        if kind == 5:
+        if kind == KIND_DELETION:
             return IngestResult(
                 event_id, False,
                 "blocked: kind 5 deletions are not accepted; delete artifacts with op delete",
@@ -122,7 +131,7 @@ def ingest_event(
     try:
         channel_id = channel_tag(event)
         with write_transaction(community_id=community.pk) as ctx:
-            if not store_event(ctx, event=event, raw=_stored_text(raw), channel_id=channel_id):
+            if not store_event(ctx, event=event, channel_id=channel_id):
                 raise Duplicate("already have this event")
             handler(ctx=ctx, event=event, now=now)
     except Duplicate as exc:
@@ -140,7 +149,7 @@ NUL_REFUSAL = (
 )
 
 
-def check_storable(event: dict[str, Any]) -> None:
+def check_storable(event: Event) -> None:
     """Refuse what NIP-01 allows but PostgreSQL cannot hold, before anything is stored.
 
     The stored event is read back as `raw::jsonb` by plain reads, history and replay (tag
@@ -149,7 +158,7 @@ def check_storable(event: dict[str, Any]) -> None:
     JSON can carry (controls, U+2028/2029, non-BMP) round-trips through text and jsonb. Checked
     on the parsed strings, not the bytes, so an escaped backslash before `u0000` is not a NUL.
     """
-    if "\x00" in event["content"] or any("\x00" in value for tag in event["tags"] for value in tag):
+    if "\x00" in event.content or any("\x00" in value for tag in event.tags for value in tag):
         raise InvalidEvent(NUL_REFUSAL)
 
 
@@ -173,15 +182,6 @@ def _database_failure(event_id: str, exc: DatabaseError) -> IngestResult:
         )
     logger.exception("ingest of %s failed", event_id)
     return IngestResult(event_id, False, "error: the event could not be stored")
-
-
-def _stored_text(raw: bytes | str | dict[str, Any]) -> str:
-    """The event JSON as stored and served: the client's own bytes when it sent text."""
-    if isinstance(raw, dict):
-        return orjson.dumps(raw).decode()
-    if isinstance(raw, str):
-        return raw
-    return bytes(raw).decode("utf-8")
 
 
 def _claimed_id(raw: object) -> str:

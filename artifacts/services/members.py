@@ -17,6 +17,7 @@ from artifacts.selectors.permissions import channel_access
 from artifacts.services.errors import Invalid, Restricted
 from artifacts.services.tags import channel_tag, checked_tag, pubkey_value
 from artifacts.services.transactions import WriteContext, write_transaction
+from nostr.events import Event
 
 Role = ChannelMember.Role
 
@@ -66,13 +67,13 @@ def member_remove(*, community_id: int, channel_id: UUID, pubkey: str) -> bool:
         return changed
 
 
-def member_put_event(*, ctx: WriteContext, event: dict[str, Any], now: int) -> None:
+def member_put_event(*, ctx: WriteContext, event: Event, now: int) -> None:
     """Kind 9000: channel owners put any role, channel admins put `member` (never over an
     owner or admin), community admins put any role."""
     channel_id = channel_tag(event)
     target, role = _target(event, with_role=True)
     actor = channel_access(
-        community_id=ctx.community_id, channel_id=channel_id, pubkey=event["pubkey"]
+        community_id=ctx.community_id, channel_id=channel_id, pubkey=event.pubkey
     )
     current = _active_role(ctx.community_id, channel_id, target)
     allowed = actor.exists and (
@@ -87,20 +88,20 @@ def member_put_event(*, ctx: WriteContext, event: dict[str, Any], now: int) -> N
     member_put(community_id=ctx.community_id, channel_id=channel_id, pubkey=target, role=role)
 
 
-def member_remove_event(*, ctx: WriteContext, event: dict[str, Any], now: int) -> None:
+def member_remove_event(*, ctx: WriteContext, event: Event, now: int) -> None:
     """Kind 9001: channel owners and community admins remove anyone, channel admins anyone but
     an owner, and an active member may remove itself."""
     channel_id = channel_tag(event)
     target, _ = _target(event, with_role=False)
     actor = channel_access(
-        community_id=ctx.community_id, channel_id=channel_id, pubkey=event["pubkey"]
+        community_id=ctx.community_id, channel_id=channel_id, pubkey=event.pubkey
     )
     current = _active_role(ctx.community_id, channel_id, target)
     allowed = actor.exists and (
         actor.community_admin
         or actor.role == Role.OWNER
         or (actor.role == Role.ADMIN and current != Role.OWNER)
-        or (target == event["pubkey"] and actor.role is not None)
+        or (target == event.pubkey and actor.role is not None)
     )
     if not allowed:
         raise Restricted(f"not allowed to manage members of channel {channel_id}")
@@ -112,7 +113,7 @@ def member_remove_event(*, ctx: WriteContext, event: dict[str, Any], now: int) -
 _MANAGERS = (Role.OWNER, Role.ADMIN)
 
 
-def _target(event: dict[str, Any], *, with_role: bool) -> tuple[str, str]:
+def _target(event: Event, *, with_role: bool) -> tuple[str, str]:
     tag = checked_tag(event, "p")
     assert tag is not None
     pubkey = pubkey_value(tag[1], "p")

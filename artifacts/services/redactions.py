@@ -8,14 +8,13 @@ redaction never writes one.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import connection
 
 from artifacts.selectors.permissions import channel_access
 from artifacts.services.errors import Invalid, Restricted
 from artifacts.services.tags import channel_tag, checked_tag, event_id_value
 from artifacts.services.transactions import WriteContext, write_transaction
+from nostr.events import Event
 from nostr.kinds import CHANNEL_KINDS, KIND_ARTIFACT
 
 REDACTABLE_KINDS = frozenset({KIND_ARTIFACT, *CHANNEL_KINDS})
@@ -50,7 +49,7 @@ def event_redact(*, community_id: int, event_id: str) -> bool:
         return True
 
 
-def event_redact_event(*, ctx: WriteContext, event: dict[str, Any], now: int) -> None:
+def event_redact_event(*, ctx: WriteContext, event: Event, now: int) -> None:
     """Kind 9005 by the redacted event's author, a channel owner/admin or a community admin.
 
     Until the author is known to see the channel (readable, community admin, or author of the
@@ -60,7 +59,7 @@ def event_redact_event(*, ctx: WriteContext, event: dict[str, Any], now: int) ->
     e_tag = checked_tag(event, "e")
     assert e_tag is not None
     target_id = event_id_value(e_tag[1], "e")
-    pubkey = event["pubkey"]
+    pubkey = event.pubkey
     actor = channel_access(community_id=ctx.community_id, channel_id=channel_id, pubkey=pubkey)
     with connection.cursor() as cursor:
         cursor.execute(

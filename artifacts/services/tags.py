@@ -5,16 +5,15 @@ Every check raises `Invalid` with a reason a client can act on.
 
 from __future__ import annotations
 
-from typing import Any
 from uuid import UUID
 
 from artifacts.services.errors import Invalid
-from nostr.events import DuplicateTag, is_canonical_uuid, is_lower_hex, single_tag
+from nostr.events import DuplicateTag, Event, Tag, is_canonical_uuid, is_lower_hex, single_tag
 
 NIL_UUID = "00000000-0000-0000-0000-000000000000"
 
 
-def checked_tag(event: dict[str, Any], name: str, *, required: bool = True) -> list[str] | None:
+def checked_tag(event: Event, name: str, *, required: bool = True) -> Tag | None:
     """The one tag called `name`, with a value (None when absent and not required)."""
     try:
         tag = single_tag(event, name)
@@ -35,7 +34,7 @@ def uuid_value(value: str, name: str) -> UUID:
     return UUID(value)
 
 
-def channel_tag(event: dict[str, Any]) -> UUID:
+def channel_tag(event: Event) -> UUID:
     """The `h` tag every relay-managed kind carries: the channel the event belongs to."""
     tag = checked_tag(event, "h")
     assert tag is not None
@@ -65,9 +64,9 @@ def text_value(value: str, name: str, *, max_chars: int) -> str:
     return value
 
 
-def visibility_flag(event: dict[str, Any]) -> str | None:
+def visibility_flag(event: Event) -> str | None:
     """`["public"]` -> open, `["private"]` -> private, neither -> None; both is invalid."""
-    names = {tag[0] for tag in event["tags"]}
+    names = {tag[0] for tag in event.tags}
     public, private = "public" in names, "private" in names
     if public and private:
         raise Invalid("both public and private tags")

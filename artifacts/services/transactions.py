@@ -20,14 +20,14 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 from uuid import UUID
 
 from django.db import connection, transaction
 
-from artifacts.models import Event
+from artifacts.models import Event as EventRow
 from artifacts.services.stamp_lag import record_lag
 from artifacts.signals import StoredEvent, access_changed, events_committed
+from nostr.events import Event
 
 WRITE_STATEMENT_TIMEOUT = "5s"
 # Waiting for a competing writer of the same head or channel normally takes milliseconds;
@@ -54,14 +54,9 @@ class WriteContext:
         else:
             self.access_channels.add(str(channel_id))
 
-    def announce(self, *, event: dict[str, Any], raw: str, channel_id: UUID | None) -> None:
+    def announce(self, *, event: Event, channel_id: UUID | None) -> None:
         self.stored.append(
-            StoredEvent(
-                event=event,
-                raw=raw,
-                kind=event["kind"],
-                channel_id=str(channel_id) if channel_id is not None else None,
-            )
+            StoredEvent(event=event, channel_id=str(channel_id) if channel_id is not None else None)
         )
 
 
@@ -97,10 +92,12 @@ def write_transaction(*, community_id: int) -> Iterator[WriteContext]:
 def _after_commit(ctx: WriteContext) -> None:
     record_lag((time.monotonic() - ctx.started) * 1000.0)
     if ctx.stored:
-        events_committed.send(sender=Event, community_id=ctx.community_id, events=ctx.stored)
+        events_committed.send(sender=EventRow, community_id=ctx.community_id, events=ctx.stored)
     if ctx.access_everywhere or ctx.access_channels:
         channel_ids = None if ctx.access_everywhere else sorted(ctx.access_channels)
-        access_changed.send(sender=Event, community_id=ctx.community_id, channel_ids=channel_ids)
+        access_changed.send(
+            sender=EventRow, community_id=ctx.community_id, channel_ids=channel_ids
+        )
 
 
 def lock_community(community_id: int) -> None:
@@ -129,10 +126,8 @@ def bump_listing(community_id: int, *, stamp: bool) -> None:
         )
 
 
-def store_event(
-    ctx: WriteContext, *, event: dict[str, Any], raw: str, channel_id: UUID | None
-) -> bool:
-    """Store a verified event; False when the community already has it (a duplicate).
+def store_event(ctx: WriteContext, *, event: Event, channel_id: UUID | None) -> bool:
+    """Store a verified event, its text as received; False when the community already has it.
 
     ON CONFLICT makes a concurrent identical submission wait for the first to commit, then
     find it: exactly one of them stores the event.
@@ -144,15 +139,15 @@ def store_event(
             " ON CONFLICT (community_id, event_id) DO NOTHING RETURNING id",
             [
                 ctx.community_id,
-                event["id"],
-                event["pubkey"],
-                event["kind"],
-                event["created_at"],
+                event.id,
+                event.pubkey,
+                event.kind,
+                event.created_at,
                 channel_id,
-                raw,
+                event.raw,
             ],
         )
         stored = cursor.fetchone() is not None
     if stored:
-        ctx.announce(event=event, raw=raw, channel_id=channel_id)
+        ctx.announce(event=event, channel_id=channel_id)
     return stored

@@ -264,6 +264,7 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                 ingest_event,
                 community=self.community,
                 raw=message.raw,
+                parsed=message.event,
                 authenticated_pubkeys=frozenset(self.pubkeys),
             )
         except DatabaseError as exc:

@@ -55,8 +55,10 @@ class SyncLimits:
 
 @dataclass(frozen=True, slots=True)
 class EventMessage:
+    # The event object as parsed with the message, not yet checked: the ingest service checks
+    # it into a `nostr.events.Event` without parsing `raw` again.
     event: dict[str, Any]
-    raw: str  # the event exactly as the client wrote it, for the ingest service
+    raw: str  # the event exactly as the client wrote it: what is stored and served
     event_id: str
 
 

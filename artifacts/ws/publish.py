@@ -199,20 +199,20 @@ def current_sequence(group: str) -> int:
 
 
 def _event_entry(item: StoredEvent, types: dict[str, str]) -> LiveEvent | None:
-    event = item["event"]
+    event = item.event
     artifact_id = first_tag(event, "d")
-    channel_id = item.get("channel_id") or first_tag(event, "h")
+    channel_id = item.channel_id or first_tag(event, "h")
     if artifact_id is None or channel_id is None:
         return None
     return LiveEvent(
-        id=event["id"],
-        pubkey=event["pubkey"],
-        kind=item["kind"],
-        created_at=event["created_at"],
+        id=event.id,
+        pubkey=event.pubkey,
+        kind=event.kind,
+        created_at=event.created_at,
         channel_id=channel_id,
         artifact_id=artifact_id,
         artifact_type=types.get(artifact_id),
-        raw=item["raw"],
+        raw=event.raw,
     )
 
 
@@ -222,13 +222,13 @@ def commit_message(community_id: int, events: list[StoredEvent]) -> list[LiveEve
     # same transaction stored, else on the artifact's head.
     types: dict[str, str] = {}
     for item in events:
-        if item["kind"] == KIND_ARTIFACT:
-            d, artifact_type = first_tag(item["event"], "d"), first_tag(item["event"], "type")
+        if item.event.kind == KIND_ARTIFACT:
+            d, artifact_type = first_tag(item.event, "d"), first_tag(item.event, "type")
             if d is not None and artifact_type is not None:
                 types[d] = artifact_type
     live: list[LiveEvent] = []
     for item in events:
-        kind = item["kind"]
+        kind = item.event.kind
         if kind in (KIND_ARTIFACT, KIND_REMOVAL_MARKER):
             if kind == KIND_REMOVAL_MARKER:
                 _fill_marker_type(community_id, item, types)
@@ -239,7 +239,7 @@ def commit_message(community_id: int, events: list[StoredEvent]) -> list[LiveEve
 
 
 def _fill_marker_type(community_id: int, item: StoredEvent, types: dict[str, str]) -> None:
-    d = first_tag(item["event"], "d")
+    d = first_tag(item.event, "d")
     if d is None or d in types:
         return
     from artifacts.models import ArtifactHead

@@ -58,8 +58,8 @@ def _split(argument: str) -> tuple[str, str]:
 
 def inspect_url(url: str) -> ReadinessReport:
     import psycopg
-    from psycopg.conninfo import make_conninfo
 
+    from artifacts.db import psycopg_connect_kwargs
     from buzzrelay.config import ConfigError, parse_database_url
     from relayinfo.readiness import inspect_deployment, unreachable_report
 
@@ -67,13 +67,13 @@ def inspect_url(url: str) -> ReadinessReport:
         db = parse_database_url(url)
     except ConfigError as exc:
         return unreachable_report(str(exc))
-    conninfo = make_conninfo(
-        dbname=db.name, user=db.user, password=db.password or None, host=db.host or None,
-        port=db.port or None, connect_timeout=10,
-        **{**db.options, "application_name": f"buzz-admin/{VERSION} readiness"},
-    )
+    kwargs = {
+        **psycopg_connect_kwargs(db.django_settings()),
+        "connect_timeout": 10,
+        "application_name": f"buzz-admin/{VERSION} readiness",
+    }
     try:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
+        with psycopg.connect(autocommit=True, **kwargs) as conn:
             return inspect_deployment(conn)
     except psycopg.Error as exc:
         return unreachable_report(str(exc).strip().splitlines()[0] if str(exc) else repr(exc))

@@ -20,7 +20,7 @@ from django.db import connection
 from artifacts.models import Event
 from buzzclient import RelayAddress, RelayHttp, Syncer
 from buzzclient.cli import main as cli_main
-from nostr.events import sign_event
+from nostr.events import sign
 from relayinfo.readiness import forget_cached_readiness
 from tests.buzzclient.world import World, catch_up, settle, totals
 from tests.factories import Key, add_member, redact, write
@@ -72,9 +72,9 @@ def test_first_full_round_holds_exactly_what_the_reader_may_read(
     assert totals(rounds) == (15, 0, 0, 0)
     # Each event is stored exactly as the relay stores it.
     for d, event in syncer.artifacts().items():
-        stored = Event.objects.get(community=world.community, event_id=event["id"])
-        assert orjson.loads(stored.raw) == event
-        assert ["d", d] in event["tags"]
+        stored = Event.objects.get(community=world.community, event_id=event.id)
+        assert orjson.loads(stored.raw) == event.to_dict()
+        assert ("d", d) in event.tags
 
 
 def test_continuation_rounds_deliver_only_the_changes(
@@ -135,7 +135,7 @@ def test_removals_reach_the_collection(world: World, sync: Callable[..., Syncer]
     rounds = catch_up(syncer, world.readable({world.open_h, world.member_h}))
     assert {r.kind for r in rounds} == {"continuation"}
     assert totals(rounds) == (0, 1, 3, 0)
-    assert syncer.artifacts()[ds[2]]["tags"][2] == ["h", world.member_h]
+    assert syncer.artifacts()[ds[2]].tags[2] == ("h", world.member_h)
     expected = world.readable({world.open_h, world.member_h})
     assert fresh_full_read(sync, world.bob, "removals", expected) == syncer.heads()
 
@@ -238,7 +238,7 @@ def test_publish_posts_signed_events_and_returns_the_ok_answer(
             ["title", "from the client"]]
     address = RelayAddress.parse(relay_server.url)
     with RelayHttp(address, world.alice.secret) as alice:
-        event = sign_event(world.alice.secret, kind=45010, tags=tags, content="{}")
+        event = sign(world.alice.secret, kind=45010, tags=tags, content="{}")
         assert alice.publish(event) == (True, "")
         accepted, message = alice.publish(event)
         assert accepted and message.startswith("duplicate:")
@@ -246,9 +246,9 @@ def test_publish_posts_signed_events_and_returns_the_ok_answer(
         tags[1] = ["d", str(uuid.uuid4())]
         tags[2] = ["h", world.secret_h]
         accepted, message = bob.publish(
-            sign_event(world.bob.secret, kind=45010, tags=tags, content="{}")
+            sign(world.bob.secret, kind=45010, tags=tags, content="{}")
         )
         assert not accepted and message.startswith("restricted:")
     syncer = sync(world.bob)
-    catch_up(syncer, {d: event["id"]})
+    catch_up(syncer, {d: event.id})
     assert syncer.artifacts()[d] == event

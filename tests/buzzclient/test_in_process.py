@@ -40,7 +40,7 @@ def test_sync_once_drives_an_in_process_relay(tmp_path: Path) -> None:
                 relay_url="http://127.0.0.1", secret_hex=who.secret, db=store, page_limit=1,
                 http_client=http,
             )
-            return {d: event["id"] for d, event in collection.items()}
+            return {d: event.id for d, event in collection.items()}
 
         assert read(bob) == {d1: head1, d2: head2}
         assert read(carol) == {d1: head1}

@@ -66,7 +66,7 @@ def test_first_round_is_full_then_continuations_apply_changes(
         assert (second.added, second.updated, second.removed) == (1, 2, 2)
         assert relay.sent_progress[3] is not None  # continued the finished round's token
         assert syncer.heads() == relay.readable()
-        assert syncer.artifacts()[new]["tags"][2] == ["h", OTHER]
+        assert syncer.artifacts()[new].tags[2] == ("h", OTHER)
 
         quiet = syncer.run_round()
         assert (quiet.pages, quiet.items, quiet.added, quiet.removed) == (1, 0, 0, 0)

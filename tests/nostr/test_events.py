@@ -16,6 +16,7 @@ from nostr.events import (
     EVENT_KEYS,
     EventLimits,
     InvalidEvent,
+    check_event_id,
     compute_event_id,
     first_tag,
     has_tag,
@@ -24,6 +25,8 @@ from nostr.events import (
     parse_event,
     parse_event_unverified,
     serialize_event,
+    served_event,
+    sign,
     sign_event,
     tag_values,
 )
@@ -115,7 +118,7 @@ def test_signed_event_parses_from_every_input_form() -> None:
     event = _event(content=ESCAPE_HEAVY)
     raw = _raw(event)
     for form in (raw, raw.decode(), bytearray(raw), memoryview(raw), dict(event)):
-        assert parse_event(form, now=NOW) == event
+        assert parse_event(form, now=NOW).to_dict() == event
 
 
 def test_created_at_window_bounds_are_inclusive() -> None:
@@ -139,13 +142,13 @@ def test_size_limits_are_inclusive() -> None:
 def test_whitespace_and_key_order_do_not_matter() -> None:
     event = _event()
     text = json.dumps(dict(reversed(list(event.items()))), indent=2, ensure_ascii=True)
-    assert parse_event(text, now=NOW) == event
+    assert parse_event(text, now=NOW).to_dict() == event
 
 
 def test_unverified_parse_returns_the_binary_id() -> None:
     event = _event()
     parsed, event_id = parse_event_unverified(_raw(event), now=NOW)
-    assert parsed == event
+    assert parsed.to_dict() == event
     assert event_id.hex() == event["id"]
 
 
@@ -311,7 +314,7 @@ def test_duplicate_keys_are_refused() -> None:
     # Whitespace and escapes take the counting path instead of the length comparison.
     pretty = json.dumps(event, indent=1, ensure_ascii=True)
     assert _invalid(pretty[:-1] + ',"kind":1}') == "malformed JSON: duplicate key in object"
-    assert parse_event(pretty, now=NOW) == event
+    assert parse_event(pretty, now=NOW).to_dict() == event
 
 
 def test_lone_surrogates_are_refused() -> None:
@@ -359,7 +362,8 @@ def test_unserializable_dict_is_refused() -> None:
 
 
 def test_tag_helpers() -> None:
-    event = _event(tags=[["h", "a"], ["private"], ["h", "b", "x"], ["p", "k", "admin"]])
+    tags = [["h", "a"], ["private"], ["h", "b", "x"], ["p", "k", "admin"]]
+    event = parse_event(_raw(_event(tags=tags)), now=NOW)
     assert tag_values(event, "h") == ["a", "b"]
     assert tag_values(event, "private") == []
     assert tag_values(event, "e") == []
@@ -418,8 +422,8 @@ def test_every_signed_event_parses_back(
     kind: int, tags: list[list[str]], content: str, age: int
 ) -> None:
     event = _event(kind=kind, tags=tags, content=content, created_at=NOW - age)
-    assert parse_event(_raw(event), now=NOW) == event
-    assert parse_event(json.dumps(event, ensure_ascii=True), now=NOW) == event
+    assert parse_event(_raw(event), now=NOW).to_dict() == event
+    assert parse_event(json.dumps(event, ensure_ascii=True), now=NOW).to_dict() == event
 
 
 _json_values = st.recursive(
@@ -493,6 +497,51 @@ def test_duplicate_keys_are_found_exactly_in_events(
     colon = ": " if spaced else ":"
     text = "{" + ",".join(f"{string(key)}{colon}{render(value)}" for key, value in pairs) + "}"
     if duplicate is None:
-        assert parse_event(text, now=NOW) == event
+        assert parse_event(text, now=NOW).to_dict() == event
     else:
         assert _invalid(text) == "malformed JSON: duplicate key in object"
+
+
+# --- the Event type ---------------------------------------------------------------------------
+
+
+def test_the_event_keeps_its_text_exactly_as_received() -> None:
+    """What the relay stores and serves is the client's text, not a re-encoding of it."""
+    event = _event(content=ESCAPE_HEAVY, tags=[["t", "\u2028"]])
+    pretty = json.dumps(event, indent=2, ensure_ascii=True)
+    assert parse_event(pretty, now=NOW).raw == pretty
+    assert parse_event(pretty.encode(), now=NOW).raw == pretty
+    assert parse_event(bytearray(pretty.encode()), now=NOW).raw == pretty
+    parsed_once = orjson.loads(pretty)
+    assert parse_event(pretty, now=NOW, parsed=parsed_once).raw == pretty
+    # An object (no text) keeps its compact JSON.
+    assert parse_event(dict(event), now=NOW).raw == orjson.dumps(event).decode()
+    assert parse_event(pretty, now=NOW).tags == (("t", "\u2028"),)
+
+
+def test_an_already_parsed_object_gets_every_check_but_the_parse() -> None:
+    event = _event()
+    text = orjson.dumps(dict(event, content="altered")).decode()
+    with pytest.raises(InvalidEvent, match="bad event id"):
+        parse_event(text, now=NOW, parsed=orjson.loads(text))
+    big = orjson.dumps(_event(content="x" * 70000)).decode()
+    with pytest.raises(InvalidEvent, match="too large"):
+        parse_event(big, now=NOW, parsed=orjson.loads(big))
+
+
+def test_sign_returns_the_event_whose_text_parses_back_to_it() -> None:
+    event = sign(SECRET, kind=1, tags=[["t", "x"]], content="hi", created_at=NOW)
+    assert parse_event(event.raw, now=NOW) == event
+    assert sign_event(SECRET, kind=1, tags=[["t", "x"]], content="hi", created_at=NOW)[
+        "tags"
+    ] == [["t", "x"]]
+
+
+def test_served_event_checks_fields_but_not_time_and_leaves_id_to_check_event_id() -> None:
+    old = _event(created_at=1)
+    event = served_event(old)
+    assert event.to_dict() == old and check_event_id(event) == bytes.fromhex(old["id"])
+    with pytest.raises(InvalidEvent, match="bad event id"):
+        check_event_id(served_event(dict(old, content="altered")))
+    with pytest.raises(InvalidEvent, match="missing field sig"):
+        served_event({k: v for k, v in old.items() if k != "sig"})

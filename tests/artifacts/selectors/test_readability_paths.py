@@ -10,17 +10,19 @@ Python functions of `readability`, and every read path must agree with it for ev
 - a full round, and a continuation round after the world changed under a finished round;
 - the readable-channel SELECT the view digest is built from (one reader, and any of several);
 - the WebSocket replay (heads with tombstones, removal markers) for a connection's pubkeys;
-- the live stream's channel states and policy (what `hub`/`consumer` deliver by).
+- the live stream's channel states and policy, and live delivery itself (the publisher's
+  message, the hub's and the consumer's checks) for a connection's pubkeys.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -40,6 +42,14 @@ from artifacts.selectors.replay import channel_states, community_policy, replay_
 from artifacts.services.channels import channel_archive, channel_delete
 from artifacts.services.communities import community_update_policy
 from artifacts.services.members import member_remove
+from artifacts.signals import StoredEvent
+from artifacts.ws.consumer import Subscription, SyncConsumer
+from artifacts.ws.filters import parse_filter as parse_ws_filter
+from artifacts.ws.hub import SyncHub
+from artifacts.ws.outbox import Outbox
+from artifacts.ws.publish import commit_message
+from nostr.events import served_event
+from nostr.kinds import SYNC_KINDS
 from tests.artifacts.selectors.replica import Replica, tag
 from tests.factories import (
     Key,
@@ -251,6 +261,40 @@ def _channel_select(world: World, readers: str, params: dict[str, Any]) -> set[s
         return {row[0] for row in cursor}
 
 
+class _Frames:
+    """Stands in for a connection's outbox: records the live frames queued."""
+
+    def __init__(self) -> None:
+        self.frames: list[str] = []
+
+    def put_live(self, frame: str) -> None:
+        self.frames.append(frame)
+
+
+def _live_delivered(world: World, pubkeys: list[str], rows: list[Event]) -> set[str]:
+    """The ids the live stream delivers to a connection of `pubkeys` subscribed to everything:
+    the publisher's message built from the stored events (`commit_message`), then the hub's and
+    the consumer's checks (`SyncHub._deliver`, `SyncConsumer.deliver`)."""
+    stored = [
+        StoredEvent(event=served_event(orjson.loads(row.raw)), channel_id=str(row.channel_id))
+        for row in rows
+    ]
+    live = commit_message(world.community.pk, stored)
+    consumer = SyncConsumer()
+    consumer.closing = False
+    consumer.community_id = world.community.pk
+    consumer.pubkeys = set(pubkeys)
+    sub = Subscription.create("all", (parse_ws_filter({}, max_limit=1000),))
+    sub.pending = None  # replay done: frames go straight to the outbox
+    consumer.subs = {"all": sub}
+    frames = _Frames()
+    consumer.outbox = cast(Outbox, frames)
+    hub = SyncHub()
+    hub._clients[world.community.pk] = {consumer}
+    async_to_sync(hub._deliver)(world.community.pk, live)
+    return {orjson.loads(frame)[2]["id"] for frame in frames.frames}
+
+
 def _check_every_path(world: World, replicas: dict[str, Replica]) -> None:
     ds = [a.d for a in world.artifacts]
     for key in [OWNER, *READERS]:
@@ -273,6 +317,9 @@ def _check_every_path(world: World, replicas: dict[str, Replica]) -> None:
 
     # A WebSocket connection holding several pubkeys reads what any of them may read.
     markers = list(Event.objects.filter(community=world.community, kind=45011))
+    stored = list(
+        Event.objects.filter(community=world.community, kind__in=SYNC_KINDS).order_by("id")
+    )
     states = channel_states(community_id=world.community.pk, channel_ids=world.channels)
     policy = community_policy(community_id=world.community.pk)
     types = {a.d: a.type for a in world.artifacts}
@@ -297,6 +344,15 @@ def _check_every_path(world: World, replicas: dict[str, Replica]) -> None:
         got = replay_events(community_id=world.community.pk, pubkeys=pubkeys,
                             kinds=[45010, 45011], limit=1000)
         assert {event_id for _, event_id, _ in got} == heads | marker_ids
+        # Live delivery: every stored 45010 and 45011, announced as if it had just committed
+        # (a later redaction is not the live stream's business), reaches the connection when
+        # the policy allows its artifact's type and its channel is readable now.
+        live_expected = {
+            row.event_id for row in stored
+            if world.channel_ok(world.channels.index(str(row.channel_id)), pubkeys)
+            and world.policy_ok(types[tag(orjson.loads(row.raw), "d") or ""])
+        }
+        assert _live_delivered(world, pubkeys, stored) == live_expected
     for artifact_type in TYPES:
         assert policy.allows(artifact_type) == world.policy_ok(artifact_type)
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from artifacts.models import ArtifactHead, ArtifactRevision, Event
-from nostr.events import first_tag
+from nostr.events import first_tag, served_event
 from tests.factories import artifact_tags, make_channel, make_community, make_key, write
 
 OPS = ("update", "move", "delete", "restore", "create")
@@ -118,7 +118,7 @@ class ArtifactOps(RuleBasedStateMachine):
         for raw in Event.objects.filter(community=self.community, kind=45011).values_list(
             "raw", flat=True
         ):
-            markers[first_tag(orjson.loads(raw), "d") or ""] += 1
+            markers[first_tag(served_event(orjson.loads(raw)), "d") or ""] += 1
         moves = Counter(
             str(d)
             for d in ArtifactRevision.objects.filter(

@@ -197,11 +197,11 @@ def test_move_stores_one_relay_signed_marker_in_the_source(
     assert (head_row.event_id, str(head_row.channel_id)) == (moved, target)
     (stored,) = Event.objects.filter(kind=45011)
     marker = parse_event(stored.raw, now=int(time.time()))  # id and signature verify
-    assert marker["pubkey"] == settings.RELAY_PUBKEY == stored.pubkey
-    assert marker["tags"] == [
-        ["ar", "1"], ["d", d], ["h", source], ["reason", "moved"], ["prev", head],
-    ]
-    assert marker["content"] == ""
+    assert marker.pubkey == settings.RELAY_PUBKEY == stored.pubkey
+    assert marker.tags == (
+        ("ar", "1"), ("d", d), ("h", source), ("reason", "moved"), ("prev", head),
+    )
+    assert marker.content == ""
     assert str(stored.channel_id) == source
     # Other revisions carry no source.
     assert ArtifactRevision.objects.filter(source_channel_id__isnull=False).count() == 1

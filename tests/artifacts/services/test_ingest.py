@@ -19,7 +19,7 @@ from artifacts.models import (
     Event,
 )
 from artifacts.services.ingest import IngestResult, ingest_event
-from artifacts.signals import events_committed
+from artifacts.signals import StoredEvent, events_committed
 from nostr.events import compute_event_id
 from tests.factories import (
     Key,
@@ -317,7 +317,7 @@ def test_events_committed_is_sent_after_commit_with_every_stored_event(alice: Ke
     d, head = create_artifact(community, alice, h)
     received: list[dict[str, Any]] = []
 
-    def receiver(sender: Any, community_id: int, events: list[dict[str, Any]], **kw: Any) -> None:
+    def receiver(sender: Any, community_id: int, events: list[StoredEvent], **kw: Any) -> None:
         assert not connection.in_atomic_block  # after the commit, outside the transaction
         received.append({"community_id": community_id, "events": events})
 
@@ -331,13 +331,13 @@ def test_events_committed_is_sent_after_commit_with_every_stored_event(alice: Ke
     assert len(received) == 1
     assert received[0]["community_id"] == community.pk
     stored = received[0]["events"]
-    assert [e["kind"] for e in stored] == [45010, 45011]
-    assert stored[0]["event"]["id"] == moved and stored[0]["channel_id"] == to
-    assert stored[1]["channel_id"] == h
-    marker = stored[1]["event"]
-    assert orjson.loads(stored[1]["raw"]) == marker
-    assert compute_event_id(marker["pubkey"], marker["created_at"], 45011, marker["tags"], "") \
-        == marker["id"]
+    assert [e.event.kind for e in stored] == [45010, 45011]
+    assert stored[0].event.id == moved and stored[0].channel_id == to
+    assert stored[1].channel_id == h
+    marker = stored[1].event
+    assert orjson.loads(marker.raw) == marker.to_dict()
+    assert compute_event_id(marker.pubkey, marker.created_at, 45011, marker.tags, "") \
+        == marker.id
 
 
 @pytest.mark.django_db(transaction=True)

@@ -21,7 +21,7 @@ from artifacts.selectors.replay import channel_states, community_policy, replay_
 from artifacts.services.channels import channel_delete
 from artifacts.services.communities import community_update_policy
 from artifacts.ws.filters import LiveEvent, parse_filter
-from nostr.events import first_tag
+from nostr.events import first_tag, served_event
 from tests.factories import (
     create_artifact,
     delete_artifact,
@@ -73,7 +73,7 @@ def _history(community: Any, channels: list[str], plan: list[tuple[str, int, int
 
 
 def _live(row: Event, types: dict[str, str]) -> LiveEvent:
-    event = orjson.loads(row.raw)
+    event = served_event(orjson.loads(row.raw))
     d = first_tag(event, "d") or ""
     return LiveEvent(
         id=row.event_id,
@@ -139,7 +139,7 @@ def test_replay_is_what_live_matching_accepts_among_replayable_events(
         if row.deleted_at is None
         and (row.kind == 45011 or row.event_id in heads)
         and states[str(row.channel_id)].readable_by_any(pubkeys)
-        and policy.allows(types.get(first_tag(orjson.loads(row.raw), "d") or ""))
+        and policy.allows(types.get(first_tag(served_event(orjson.loads(row.raw)), "d") or ""))
     ]
     universe: dict[str, list[Any]] = {
         "ids": [r.event_id for r in rows],
