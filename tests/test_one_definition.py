@@ -18,9 +18,6 @@ PACKAGES = ("nostr", "buzzclient", "artifacts", "relayinfo", "buzzrelay")
 KIND_VALUES = {
     value for name, value in vars(kinds).items() if name.startswith("KIND_") and value >= 1000
 }
-# The OpenAPI document spells the one kind a filter may name as a JSON-schema constant (to become
-# KIND_ARTIFACT with the HTTP edge's rework, which owns that file).
-KIND_LITERAL_ALLOWED = {"buzzrelay/edge/openapi.py"}
 
 
 def sources() -> Iterator[tuple[str, ast.Module]]:
@@ -36,7 +33,7 @@ def test_every_kind_is_named_by_its_constant_only() -> None:
     found = [
         f"{path}:{node.lineno}: {node.value}"
         for path, tree in sources()
-        if path != "nostr/kinds.py" and path not in KIND_LITERAL_ALLOWED
+        if path != "nostr/kinds.py"
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and type(node.value) is int
         and node.value in KIND_VALUES

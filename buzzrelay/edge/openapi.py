@@ -32,6 +32,7 @@ from rest_framework.views import APIView
 
 from buzzrelay.edge.renderers import JSONBytesRenderer
 from buzzrelay.edge.views import RelayAPIView
+from nostr.kinds import KIND_ARTIFACT
 
 __all__ = [
     "AUTHENTICATED_ERRORS",
@@ -345,8 +346,8 @@ def _schemas() -> Schema:
     }
     common_filter_props: Schema = {
         "kinds": {
-            "type": "array", "items": {"const": 45010}, "minItems": 1, "maxItems": 1,
-            "description": "Optional; must be `[45010]`.",
+            "type": "array", "items": {"const": KIND_ARTIFACT}, "minItems": 1, "maxItems": 1,
+            "description": f"Optional; must be `[{KIND_ARTIFACT}]`.",
         },
         "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
     }
