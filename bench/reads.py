@@ -255,12 +255,12 @@ class Seeded:
                     cursor.execute(f"VACUUM ANALYZE {table}")
             self.seed_s = round(time.perf_counter() - started, 1)
 
-    def page(self, query: Any, *, fence_max_age: float = 0) -> Any:
-        """One page. Rounds read a fresh fence (the worst case) unless told otherwise."""
+    def page(self, query: Any) -> Any:
+        """One page (its fence read afresh, as the relay's are)."""
         from artifacts.selectors.rounds import prepare_round, read_page
 
         request = prepare_round(community_id=self.community_id, reader=self.reader, query=query)
-        return read_page(request, ready=True, overlap=OVERLAP, fence_max_age=fence_max_age)
+        return read_page(request, ready=True, overlap=OVERLAP)
 
     def round(self, progress: str | None, limit: int = PAGE_LIMIT) -> tuple[int, int, Any]:
         """A whole round from `progress`: (pages, entries, last page)."""
@@ -347,8 +347,7 @@ def page500(one: Seeded, runs: int) -> dict[str, Any]:
     client = Client()
     for _ in range(runs):
         begin = time.perf_counter()
-        # The relay reuses a fence read within a second; so does this page.
-        page = one.page(query, fence_max_age=1.0)
+        page = one.page(query)
         body = render_page(page)
         ours.append(time.perf_counter() - begin)
         assert len(page.events) == 500 and body

@@ -3,7 +3,8 @@
 A page, in order:
 
 1. decodes the client's token (before touching the database: a bad token is a 400);
-2. reads the fence T in a statement of its own, before any snapshot (artifacts.selectors.fence);
+2. reads the fence T afresh, before any snapshot (artifacts.selectors.fence; never a cached
+   value, so a round started after a write's `OK` includes the write);
 3. opens one REPEATABLE READ, read-only transaction under the 2 s budget; its first statement
    takes the snapshot every decision of the page is made by;
 4. decides whether the token continues or the reader resets (another epoch or database, a token
@@ -33,7 +34,7 @@ from django.conf import settings
 from django.db.backends.utils import CursorWrapper
 
 from artifacts.selectors.budget import execute_prepared, read_transaction
-from artifacts.selectors.fence import CACHE_SECONDS, read_fence
+from artifacts.selectors.fence import read_fence
 from artifacts.selectors.filters import QueryFilter
 from artifacts.selectors.round_sql import window_sql
 from artifacts.selectors.sync_epoch import EPOCH_SQL, database_identity
@@ -156,7 +157,6 @@ def read_page(
     ready: bool,
     overlap: timedelta | None = None,
     token_max_age: timedelta | None = None,
-    fence_max_age: float = CACHE_SECONDS,
     scan_budget: int = SCAN_BUDGET,
     before_snapshot: Callable[[], None] | None = None,
     alias: str = "default",
@@ -167,7 +167,7 @@ def read_page(
     is a full round. `scan_budget`: candidate rows the page may examine. `before_snapshot` runs
     between the fence read and the page's snapshot (tests inject a commit there).
     """
-    fence = read_fence(alias=alias, max_age=fence_max_age)
+    fence = read_fence(alias=alias)
     if before_snapshot is not None:
         before_snapshot()
     with read_transaction(alias=alias, repeatable_read=True) as cursor:
@@ -254,8 +254,8 @@ def page_steps(
             view_fingerprint=state.probe.fingerprint, issued_at=now,
         )
     elif token.phase is Phase.DONE:
-        # A continuation round: W = the previous round's T. A cached or skewed fence below
-        # W would make the range run backwards; the round then covers up to W.
+        # A continuation round: W = the previous round's T. A fence below W (a clock step)
+        # would make the range run backwards; the round then covers up to W.
         token = replace(
             token, phase=Phase.HEADS, watermark=token.round_t,
             round_t=max(fence, token.round_t), cursor_at=_ORIGIN, cursor_key=b"",

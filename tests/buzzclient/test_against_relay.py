@@ -22,7 +22,7 @@ from buzzclient import RelayAddress, RelayHttp, Syncer
 from buzzclient.cli import main as cli_main
 from nostr.events import sign_event
 from relayinfo.readiness import forget_cached_readiness
-from tests.buzzclient.world import World, catch_up, settle, totals
+from tests.buzzclient.world import World, catch_up, totals
 from tests.factories import Key, add_member, redact, write
 from tests.relay_server import RelayProcess, start_relay
 
@@ -103,7 +103,6 @@ def test_a_run_that_finishes_an_interrupted_round_also_brings_what_was_written_s
     """An interrupted round's range ends where its first page put it (T). The run that
     finishes it runs one more round, so a write made in between is in the collection."""
     world.create(world.open_h, 6)
-    settle()  # past the relay's cached fence: the round's T covers the six
     db = tmp_path / "local.sqlite"
     with Syncer(relay_url=relay_server.url, secret_hex=world.bob.secret, db=db,
                 page_limit=2) as first:
@@ -111,7 +110,6 @@ def test_a_run_that_finishes_an_interrupted_round_also_brings_what_was_written_s
         opened.step()  # the first of three pages: the round stays open
         assert not opened.done
     later = world.create(world.member_h)[0]
-    settle()
     key_file = tmp_path / "bob.key"
     key_file.write_text(world.bob.secret + "\n")
     assert cli_main(["--relay", relay_server.url, "--key-file", str(key_file),
@@ -252,3 +250,23 @@ def test_publish_posts_signed_events_and_returns_the_ok_answer(
     syncer = sync(world.bob)
     catch_up(syncer, {d: event["id"]})
     assert syncer.artifacts()[d] == event
+
+
+def test_a_round_run_as_soon_as_publish_returns_holds_the_write(
+    world: World, relay_server: RelayProcess, sync: Callable[..., Syncer]
+) -> None:
+    """Read-your-writes through the client (PROTOCOL.md section 5): each round run right after
+    `publish` answered `OK` holds that write, without any wait in between."""
+    syncer = sync(world.bob, page_limit=10)
+    syncer.run_round()
+    address = RelayAddress.parse(relay_server.url)
+    with RelayHttp(address, world.alice.secret) as alice:
+        for attempt in range(25):
+            d = str(uuid.uuid4())
+            tags = [["ar", "1"], ["d", d], ["h", world.member_h], ["type", "buzz.note"],
+                    ["op", "create"], ["title", f"write {attempt}"]]
+            event = sign_event(world.alice.secret, kind=45010, tags=tags, content="{}")
+            assert alice.publish(event) == (True, "")
+            summary = syncer.run_round()
+            assert summary.kind == "continuation" and summary.added == 1, (attempt, summary)
+            assert syncer.heads()[d] == event["id"]

@@ -59,7 +59,6 @@ class Replica:
             request,
             ready=ready,
             overlap=self.overlap,
-            fence_max_age=0,
             before_snapshot=before_snapshot,
             **options,
         )
