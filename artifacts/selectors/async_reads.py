@@ -1,7 +1,7 @@
 """Incremental pages on asyncio connections: the HTTP edge's driver of `page_steps`.
 
 The same page as `rounds.read_page` (the statements come from `rounds.page_steps`, written once):
-the fence is read afresh before the snapshot, in the page's first round trip; the page runs in
+the fence is read afresh before the snapshot (a statement of its own), the page runs in
 one REPEATABLE READ, read-only transaction under the read budget, and its statements are
 prepared on the server. The connections come from a pool of their own per process and event
 loop, opened on first use, named like the relay's other connections (readiness item 4 reads the
@@ -27,7 +27,7 @@ from artifacts.db import psycopg_connect_kwargs
 from artifacts.models import Community
 from artifacts.selectors.budget import read_settings_sql
 from artifacts.selectors.communities import community_from_row, lookup_statement
-from artifacts.selectors.fence import fence_then
+from artifacts.selectors.fence import read_fence_async
 from artifacts.selectors.rounds import Page, RoundRequest, page_steps
 
 __all__ = ["OpenRead", "begin_read", "connection_pool", "read_page_async"]
@@ -42,8 +42,8 @@ _HOST = "%(host)s"
 
 
 @cache
-def _fence_begin_and_lookup() -> str:
-    return fence_then(f"{_BEGIN}; {lookup_statement()}")
+def _begin_and_lookup() -> str:
+    return f"{_BEGIN}; {lookup_statement()}"
 
 
 async def connection_pool() -> AsyncConnectionPool:
@@ -87,25 +87,21 @@ async def begin_read(
     conn: psycopg.AsyncConnection[Any], host: str
 ) -> tuple[OpenRead, Community | None]:
     """Read the fence, then begin the page's transaction and look up the community served at
-    `host` (lowercase, no port) in it: one round trip (one simple-protocol batch, the host
-    quoted as a literal; `fence.fence_then`). The community is None when none is served
-    there; the caller then rolls back (returning the connection to the pool does).
+    `host` (lowercase, no port) in it: two round trips (the fence, read afresh for every page;
+    then one simple-protocol batch, the host quoted as a literal). The community is None when
+    none is served there; the caller then rolls back (returning the connection to the pool
+    does).
 
     The lookup (`communities.lookup_statement`, the same as every other driver's) takes the
     page's snapshot, which the page then classifies by: it runs after the fence was read, as
     the fence requires.
     """
+    fence = await read_fence_async(conn)
     cursor = conn.cursor()
     # Composed by string, the host quoted by psycopg: `sql.SQL.format` cost 10% of a round's
     # CPU in a profile (it builds a tree of objects for every request).
-    await cursor.execute(
-        _fence_begin_and_lookup().replace(_HOST, sql.quote(host.lower())).encode()
-    )
-    cursor.nextset()  # past the fence's BEGIN: its row comes second
-    fenced = await cursor.fetchone()
-    assert fenced is not None
-    fence: datetime = fenced[0]
-    while cursor.nextset():  # its COMMIT, the page's BEGIN and settings; the lookup's rows last
+    await cursor.execute(_begin_and_lookup().replace(_HOST, sql.quote(host.lower())).encode())
+    while cursor.nextset():  # BEGIN and the settings come first; the lookup's rows are last
         pass
     row = await cursor.fetchone()
     return OpenRead(cursor, fence), (community_from_row(row) if row is not None else None)
