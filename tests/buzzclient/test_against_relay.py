@@ -138,21 +138,28 @@ def test_removals_reach_the_collection(world: World, sync: Callable[..., Syncer]
     assert fresh_full_read(sync, world.bob, "removals", expected) == syncer.heads()
 
 
-def test_a_visibility_change_resets_and_the_collection_follows(
+def test_view_changes_cost_their_channels_not_a_reset(
     world: World, sync: Callable[..., Syncer]
 ) -> None:
+    """buzz-sync opts in to incremental view changes (NIP-11 advertises them): a channel made
+    private comes as `removed_channels` (applied by each item's stored home), a grant as a
+    catch-up of that channel; neither resets the collection."""
     world.create(world.open_h, 5)
     world.create(world.member_h, 2)
     syncer = sync(world.bob, page_limit=3)
+    assert syncer.relay_info().incremental_view_changes
     catch_up(syncer, world.readable({world.open_h, world.member_h}))
     write(world.community, world.alice, 9002, [["h", world.open_h], ["private"]])
     closed = catch_up(syncer, world.readable({world.member_h}))
-    assert closed[0].kind == "full"  # the reset page started a new (staged) full round
-    assert totals(closed) == (0, 0, 5, 1)
+    assert {r.kind for r in closed} == {"continuation"}
+    assert totals(closed) == (0, 0, 5, 0)
 
-    add_member(world.community, world.open_h, world.bob)  # the reader's own grant resets too
+    add_member(world.community, world.open_h, world.bob)
     granted = catch_up(syncer, world.readable({world.open_h, world.member_h}))
-    assert totals(granted) == (5, 0, 0, 1)
+    assert {r.kind for r in granted} == {"continuation"}
+    assert totals(granted) == (5, 0, 0, 0)
+    # Only the granted channel's heads came (plus what the overlap repeats of recent changes).
+    assert sum(r.items for r in granted) <= 2 * 5 + 3
     expected = world.readable({world.open_h, world.member_h})
     assert fresh_full_read(sync, world.bob, "visibility", expected) == syncer.heads()
 
