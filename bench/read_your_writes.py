@@ -230,10 +230,12 @@ def main() -> None:
         h = _channel_of(url)
         relay = Relay(url, args.redis_url)
         try:
-            quiet = write_then_round(relay, reader, author, h, args.tries, busy=0)
-            busy = write_then_round(relay, reader, author, h, args.tries, busy=args.busy)
+            # Watch first: every round re-reads the last 120 s of changes (the overlap), so
+            # after the busy phase's thousands of writes its rounds would mostly measure those.
             watched = watch_latency(relay, reader, author, h, args.watch_tries,
                                     args.watch_spacing)
+            quiet = write_then_round(relay, reader, author, h, args.tries, busy=0)
+            busy = write_then_round(relay, reader, author, h, args.tries, busy=args.busy)
         finally:
             relay.stop()
         import django
