@@ -4,6 +4,15 @@ Layout (before base64url without padding):
 
     version (1 byte) | nonce (12) | AES-GCM-SIV ciphertext of the fields + tag (16)
 
+The fields: the fixed part (`_FIELDS`), the cursor key, then the view part (`_VIEW`): the view's
+channel set V itself while it holds at most `MAX_VIEW_CHANNELS` channels (16 bytes each, sorted),
+the round's catch-up set C as a bitmap over V (C is always a subset of V), and the catch-up's
+cursor. The set rides in the token rather than in a table: a token of a reader with 10 channels
+is about 430 characters, one with 256 about 5,700; a larger view is carried by its digest alone,
+and any change of it resets (PROTOCOL.md section 5 allows a reset whenever V cannot be
+recovered). A token that ends after its cursor key (issued before the view part existed) reads
+as one whose V is not carried.
+
 The key is HKDF-SHA256 of the relay key (per token version), so every instance sharing the relay
 key reads every other's tokens and nothing inside is readable by the client. The associated data
 binds the version byte, the community, the reader and the canonical filter: a token presented by
@@ -23,7 +32,7 @@ import hashlib
 import re
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 from functools import lru_cache
@@ -42,8 +51,19 @@ _TAG_BYTES = 16
 # view fingerprint, issued at, cursor key length; then the cursor key itself.
 _FIELDS = struct.Struct(">Bq8sqqq16sq8sqB")
 _MAX_CURSOR_KEY = 32
-# A token is about 200 characters; anything much longer is not one of ours.
-_MAX_TOKEN_CHARS = 400
+# The view part: flags (bit 0: V is carried; bit 1: the catch-up is pending), the number of
+# channels of V; then V, the bitmap of C, and the catch-up cursor's length and bytes.
+_VIEW = struct.Struct(">BH")
+_CARRIES_VIEW = 1
+_CATCHUP_PENDING = 2
+# The largest V a token carries (4 KiB of channel ids; the token then has about 5,800 characters).
+MAX_VIEW_CHANNELS = 256
+_CHANNEL_BYTES = 16
+# The catch-up cursor: the channel being walked (16 bytes: from its start) and the last artifact
+# it passed there (32 bytes in all); empty: from the start of the first channel.
+_CATCHUP_CURSOR_LENGTHS = (0, 16, 32)
+# The largest token is about 5,800 characters; anything longer is not one of ours.
+_MAX_TOKEN_CHARS = 8192
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -81,6 +101,15 @@ class ProgressToken:
     view_t: datetime
     view_fingerprint: bytes
     issued_at: datetime
+    # The view's channel set V (sorted 16-byte channel ids), or None when the token does not
+    # carry it (a view larger than MAX_VIEW_CHANNELS, or a token issued before it was carried).
+    view_channels: tuple[bytes, ...] | None = None
+    # The round's catch-up (PROTOCOL.md section 5): the set C (a subset of V), whether it still
+    # has heads to deliver, and its cursor (the channel walked, then the last artifact passed in
+    # it: 0, 16 or 32 bytes).
+    catchup: frozenset[bytes] = frozenset()
+    catchup_pending: bool = False
+    catchup_cursor: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +160,7 @@ def encode_progress(
     (tests pass others to make tokens of a retired key or an older version)."""
     if len(token.cursor_key) > _MAX_CURSOR_KEY:
         raise ValueError("cursor key too long")
+    view = _pack_view(token)
     fields = _FIELDS.pack(
         token.phase,
         token.epoch,
@@ -147,7 +177,7 @@ def encode_progress(
     header = bytes([version])
     nonce = urandom(_NONCE_BYTES)
     sealed = _key(secret or settings.RELAY_SIGNING_SECRET, version).encrypt(
-        nonce, fields + token.cursor_key, header + binding
+        nonce, fields + token.cursor_key + view, header + binding
     )
     return base64.urlsafe_b64encode(header + nonce + sealed).rstrip(b"=").decode("ascii")
 
@@ -205,10 +235,10 @@ def _unpack(plain: bytes) -> ProgressToken:
             phase, epoch, database, round_t, watermark, cursor_at, view_digest, view_t,
             fingerprint, issued_at, key_length,
         ) = _FIELDS.unpack_from(plain)
-        cursor_key = plain[_FIELDS.size :]
+        cursor_key = plain[_FIELDS.size : _FIELDS.size + key_length]
         if len(cursor_key) != key_length:
             raise InvalidProgress("malformed token")
-        return ProgressToken(
+        token = ProgressToken(
             phase=Phase(phase),
             epoch=epoch,
             database=database,
@@ -221,6 +251,68 @@ def _unpack(plain: bytes) -> ProgressToken:
             view_fingerprint=fingerprint,
             issued_at=_moment(issued_at),
         )
+        return _unpack_view(token, plain[_FIELDS.size + key_length :])
     except (struct.error, ValueError, OverflowError) as exc:
         # Authentic but unreadable can only be a bug of ours; the client still gets a 400.
         raise InvalidProgress("malformed token") from exc
+
+
+def _pack_view(token: ProgressToken) -> bytes:
+    channels = token.view_channels
+    if channels is None:
+        if token.catchup or token.catchup_pending:
+            raise ValueError("a catch-up needs the view's channels")
+        return _VIEW.pack(0, 0) + b"\0"
+    if len(channels) > MAX_VIEW_CHANNELS or list(channels) != sorted(set(channels)):
+        raise ValueError("a token carries at most MAX_VIEW_CHANNELS sorted, distinct channels")
+    if any(len(channel) != _CHANNEL_BYTES for channel in channels):
+        raise ValueError("channel ids are 16 bytes")
+    if not token.catchup <= set(channels):
+        raise ValueError("the catch-up set is a subset of the view")
+    if len(token.catchup_cursor) not in _CATCHUP_CURSOR_LENGTHS:
+        raise ValueError("bad catch-up cursor")
+    bitmap = bytearray((len(channels) + 7) // 8)
+    for index, channel in enumerate(channels):
+        if channel in token.catchup:
+            bitmap[index // 8] |= 1 << (index % 8)
+    flags = _CARRIES_VIEW | (_CATCHUP_PENDING if token.catchup_pending else 0)
+    return (
+        _VIEW.pack(flags, len(channels)) + b"".join(channels) + bytes(bitmap)
+        + bytes([len(token.catchup_cursor)]) + token.catchup_cursor
+    )
+
+
+def _unpack_view(token: ProgressToken, rest: bytes) -> ProgressToken:
+    if not rest:
+        return token  # issued before tokens carried the view: V is not recoverable
+    flags, count = _VIEW.unpack_from(rest)
+    if flags & ~(_CARRIES_VIEW | _CATCHUP_PENDING) or count > MAX_VIEW_CHANNELS:
+        raise InvalidProgress("malformed token")
+    if not flags & _CARRIES_VIEW:
+        if flags or count or rest[_VIEW.size :] != b"\0":
+            raise InvalidProgress("malformed token")
+        return token
+    at = _VIEW.size
+    channels = tuple(
+        rest[at + i * _CHANNEL_BYTES : at + (i + 1) * _CHANNEL_BYTES] for i in range(count)
+    )
+    at += count * _CHANNEL_BYTES
+    bitmap = rest[at : at + (count + 7) // 8]
+    at += (count + 7) // 8
+    cursor_length = rest[at] if at < len(rest) else -1
+    cursor = rest[at + 1 :]
+    if (
+        len(bitmap) != (count + 7) // 8
+        or len(cursor) != cursor_length
+        or cursor_length not in _CATCHUP_CURSOR_LENGTHS
+        or list(channels) != sorted(set(channels))
+    ):
+        raise InvalidProgress("malformed token")
+    catchup = frozenset(
+        channel for index, channel in enumerate(channels)
+        if bitmap[index // 8] >> (index % 8) & 1
+    )
+    return replace(
+        token, view_channels=channels, catchup=catchup,
+        catchup_pending=bool(flags & _CATCHUP_PENDING), catchup_cursor=cursor,
+    )

@@ -218,9 +218,6 @@ def continuation_rounds(
                 accepted, message = writer.publish(update)
                 if not accepted:
                     raise SystemExit(f"update refused: {message}")
-            # The relay may reuse a fence read up to a second ago (PROTOCOL.md section 5):
-            # a round that starts sooner may leave these changes to the next round.
-            time.sleep(1.1)
             started = time.perf_counter()
             info = syncer.relay_info()
             discovered = time.perf_counter()

@@ -191,19 +191,19 @@ def _sync_epoch() -> ModuleType:
 def done_token(community_id: int, reader: str, query: Any, at: Any) -> str:
     """A finished round's token with T = `at`, as the page that finished it would seal it."""
     from artifacts.selectors.budget import read_transaction
-    from artifacts.selectors.view import compute_view_digest, probe_view
+    from artifacts.selectors.view import probe_view, view_digest_statement, view_from_row
     from artifacts.tokens import Phase, ProgressToken, database_tag, encode_progress, token_binding
 
     with read_transaction(repeatable_read=True) as cursor:
         epoch, identity = _sync_epoch().current_sync_state(cursor)
         probe = probe_view(cursor, community_id=community_id, reader=reader)
-        digest = compute_view_digest(
-            cursor, community_id=community_id, reader=reader, channels=None, types=None
-        )
+        cursor.execute(*view_digest_statement(community_id=community_id, reader=reader,
+                                              channels=None))
+        view = view_from_row(cursor.fetchone(), types=None)
     token = ProgressToken(
         phase=Phase.DONE, epoch=epoch, database=database_tag(identity), round_t=at,
-        watermark=at, cursor_at=at, cursor_key=b"", view_digest=digest, view_t=at,
-        view_fingerprint=probe.fingerprint, issued_at=at,
+        watermark=at, cursor_at=at, cursor_key=b"", view_digest=view.digest, view_t=at,
+        view_fingerprint=probe.fingerprint, issued_at=at, view_channels=view.channels,
     )
     binding = token_binding(
         community_id=community_id, reader=reader, filter_digest=query.canonical_digest()
@@ -280,12 +280,12 @@ class Seeded:
                     cursor.execute(f"VACUUM ANALYZE {table}")
             self.seed_s = round(time.perf_counter() - started, 1)
 
-    def page(self, query: Any, *, fence_max_age: float = 0) -> Any:
-        """One page. Rounds read a fresh fence (the worst case) unless told otherwise."""
+    def page(self, query: Any) -> Any:
+        """One page (its fence read afresh, as the relay's are)."""
         from artifacts.selectors.rounds import prepare_round, read_page
 
         request = prepare_round(community_id=self.community_id, reader=self.reader, query=query)
-        return read_page(request, ready=True, overlap=OVERLAP, fence_max_age=fence_max_age)
+        return read_page(request, ready=True, overlap=OVERLAP)
 
     def round(self, progress: str | None, limit: int = PAGE_LIMIT) -> tuple[int, int, Any]:
         """A whole round from `progress`: (pages, entries, last page)."""
@@ -372,8 +372,7 @@ def page500(one: Seeded, runs: int) -> dict[str, Any]:
     client = Client()
     for _ in range(runs):
         begin = time.perf_counter()
-        # The relay reuses a fence read within a second; so does this page.
-        page = one.page(query, fence_max_age=1.0)
+        page = one.page(query)
         body = render_page(page)
         ours.append(time.perf_counter() - begin)
         assert len(page.events) == 500 and body

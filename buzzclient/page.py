@@ -58,6 +58,9 @@ class Page:
     progress: str
     more: bool
     reset: bool
+    # Channels that left the reader's view (only when the request opted in to incremental view
+    # changes): every item whose stored head's `h` is one of them goes before the page applies.
+    removed_channels: tuple[str, ...] = ()
 
     @property
     def items(self) -> int:
@@ -150,7 +153,15 @@ def parse_page(body: bytes, *, verify: bool = True) -> Page:
         # PROTOCOL.md: a d appears at most once per page; two entries would leave the result
         # depending on the order we apply them in.
         raise ProtocolViolation("incremental page names one artifact twice")
-    return Page(parsed_events, parsed_removed, progress, more, reset)
+    removed_channels = document.get("removed_channels", [])
+    if not isinstance(removed_channels, list) or not all(
+        is_canonical_uuid(channel) for channel in removed_channels
+    ):
+        raise ProtocolViolation("incremental page has a malformed removed_channels list")
+    if removed_channels and reset:
+        # A reset empties the collection anyway; a relay saying both is confused.
+        raise ProtocolViolation("incremental page both resets and removes channels")
+    return Page(parsed_events, parsed_removed, progress, more, reset, tuple(removed_channels))
 
 
 @cache

@@ -304,6 +304,14 @@ class CollectionStore:
 
     def _apply_entries(self, collection_id: int, slot: int, page: Page) -> Changes:
         changes = Changes()
+        for channel in page.removed_channels:
+            # PROTOCOL.md section 5: by the item's stored home, even one that has moved since
+            # (a page of this round or the next brings it again from where it is now).
+            cursor = self.db.execute(
+                "DELETE FROM artifacts WHERE collection_id = ? AND slot = ? AND channel = ?",
+                (collection_id, slot, channel),
+            )
+            changes.removed += cursor.rowcount
         if page.removed:
             for d, _reason in page.removed:
                 cursor = self.db.execute(

@@ -144,6 +144,9 @@ class Round:
         request: dict[str, Any] = {"artifact": "current", **syncer.filter.predicates()}
         request["limit"] = min(syncer.page_limit or self.info.max_limit, self.info.max_limit)
         request["progress"] = progress
+        if self.info.incremental_view_changes:
+            # Grants and removals then cost the channels they touch, not a full round.
+            request["view_changes"] = "incremental"
         return syncer.http.query(request, endpoint=self.info.query_endpoint)
 
     def step(self) -> PageApplied:

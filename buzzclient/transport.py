@@ -72,6 +72,8 @@ class RelayInfo:
     incremental: bool
     query_endpoint: str
     max_limit: int
+    # The relay serves `view_changes: "incremental"` (channels gained and lost without a reset).
+    incremental_view_changes: bool
     sync: bool
     sync_endpoint: str
     pubkey: str | None
@@ -100,6 +102,8 @@ class RelayInfo:
             incremental=EXT_INCREMENTAL in extensions and bool(incremental),
             query_endpoint=_path(incremental.get("endpoint"), "/query"),
             max_limit=max_limit,
+            incremental_view_changes=isinstance(incremental.get("view_changes"), list)
+            and "incremental" in incremental["view_changes"],
             sync=EXT_SYNC in extensions,
             sync_endpoint=_path(sync.get("endpoint"), "/"),
             pubkey=pubkey if isinstance(pubkey, str) else None,

@@ -158,10 +158,10 @@ def _decode(raw: str | bytes) -> list[Any]:
     return message if isinstance(message, list) else []
 
 
-# The relay may reuse a fence read up to a second earlier (PROTOCOL.md section 5), so a round
-# started right after a live event can leave that event to the next round: a hinted round gets
-# one follow-up this much later.
-FOLLOW_UP_SECONDS = 1.2
+# A burst of hints (one write can send several events: a move's revision and its marker) is
+# let to arrive before the round, so that it costs one round. Short: a round started after a
+# write's live event includes that write (PROTOCOL.md section 5, read-your-writes).
+SETTLE_SECONDS = 0.02
 
 
 def watch(
@@ -184,7 +184,6 @@ def watch(
     wake = threading.Event()
     hints: LiveHints | None = None
     failures = 0
-    follow_up = False
     backoff = RetryPolicy(base=max(interval, 1.0), cap=max(interval, 300.0))
 
     def hint(reason: str) -> None:
@@ -214,15 +213,12 @@ def watch(
                     hints = None
             if failures:
                 timeout = backoff.backoff(failures)
-            elif follow_up:
-                timeout = FOLLOW_UP_SECONDS
             elif hints is not None and hints.connected.is_set():
                 timeout = max(interval, safety_interval)
             else:
                 timeout = interval
-            follow_up = _wait(wake, stop, timeout)
-            if follow_up:
-                stop.wait(0.2)  # let a burst of hints (one write, several events) settle
+            if _wait(wake, stop, timeout):
+                stop.wait(SETTLE_SECONDS)
             wake.clear()
     finally:
         if hints is not None:

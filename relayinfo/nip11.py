@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 
 from artifacts.models import Community
+from artifacts.selectors.filters import VIEW_CHANGES
 from nostr.kinds import SYNC_KINDS
 
 SUPPORTED_NIPS = (1, 11, 42, 98)
@@ -45,6 +46,8 @@ def relay_information(*, community: Community, ready: bool) -> dict[str, Any]:
             "endpoint": "/query",
             "overlap_seconds": settings.ARTIFACT_SYNC_OVERLAP_SECONDS,
             "max_limit": settings.RELAY_MAX_LIMIT,
+            # The filter's `view_changes` values served (PROTOCOL.md section 5).
+            "view_changes": list(VIEW_CHANGES),
         }
     if settings.RELAY_WEBSOCKET_SYNC:
         extensions.append("artifacts.sync")

@@ -210,12 +210,20 @@ def render_page(page: Page) -> bytes:
             b",".join(raw.encode() for raw in page.events),
             b'],"removed":',
             orjson.dumps([{"d": d, "reason": reason} for d, reason in page.removed]),
+            _removed_channels(page),
             b',"progress":',
             orjson.dumps(page.progress),
             b',"more":true' if page.more else b',"more":false',
             b',"reset":true}' if page.reset else b',"reset":false}',
         )
     )
+
+
+def _removed_channels(page: Page) -> bytes:
+    """`,"removed_channels":[...]`, only when an incremental view change lost channels."""
+    if not page.removed_channels:
+        return b""
+    return b',"removed_channels":' + orjson.dumps(page.removed_channels)
 
 
 def _json(body: bytes) -> HttpResponse:

@@ -1,10 +1,11 @@
 """Incremental pages on asyncio connections: the HTTP edge's driver of `page_steps`.
 
 The same page as `rounds.read_page` (the statements come from `rounds.page_steps`, written once):
-the fence is read before the snapshot, the page runs in one REPEATABLE READ, read-only
-transaction under the read budget, and its statements are prepared on the server. The
-connections come from a pool of their own per process and event loop, opened on first use,
-named like the relay's other connections (readiness item 4 reads the name).
+the fence is read afresh before the snapshot (a statement of its own), the page runs in
+one REPEATABLE READ, read-only transaction under the read budget, and its statements are
+prepared on the server. The connections come from a pool of their own per process and event
+loop, opened on first use, named like the relay's other connections (readiness item 4 reads the
+name).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from artifacts.db import psycopg_connect_kwargs
 from artifacts.models import Community
 from artifacts.selectors.budget import read_settings_sql
 from artifacts.selectors.communities import community_from_row, lookup_statement
-from artifacts.selectors.fence import FENCE_SQL, cached_fence, remember_fence
+from artifacts.selectors.fence import read_fence_async
 from artifacts.selectors.rounds import Page, RoundRequest, page_steps
 
 __all__ = ["OpenRead", "begin_read", "connection_pool", "read_page_async"]
@@ -86,15 +87,16 @@ async def begin_read(
     conn: psycopg.AsyncConnection[Any], host: str
 ) -> tuple[OpenRead, Community | None]:
     """Read the fence, then begin the page's transaction and look up the community served at
-    `host` (lowercase, no port) in it: one round trip (one simple-protocol batch, the host
-    quoted as a literal). The community is None when none is served there; the caller then
-    rolls back (returning the connection to the pool does).
+    `host` (lowercase, no port) in it: two round trips (the fence, read afresh for every page;
+    then one simple-protocol batch, the host quoted as a literal). The community is None when
+    none is served there; the caller then rolls back (returning the connection to the pool
+    does).
 
     The lookup (`communities.lookup_statement`, the same as every other driver's) takes the
     page's snapshot, which the page then classifies by: it runs after the fence was read, as
     the fence requires.
     """
-    fence = await _fence(conn)
+    fence = await read_fence_async(conn)
     cursor = conn.cursor()
     # Composed by string, the host quoted by psycopg: `sql.SQL.format` cost 10% of a round's
     # CPU in a profile (it builds a tree of objects for every request).
@@ -126,16 +128,3 @@ async def read_page_async(
     await cursor.execute("COMMIT")
     _last_used[cursor.connection] = time.monotonic()
     return page
-
-
-async def _fence(conn: psycopg.AsyncConnection[Any]) -> datetime:
-    """The fence, read outside any transaction (see fence.py), cached like the other readers'."""
-    hit = cached_fence()
-    if hit is not None:
-        return hit
-    read_at = time.monotonic()
-    row = await (await conn.execute(FENCE_SQL)).fetchone()
-    assert row is not None
-    fence: datetime = row[0]
-    remember_fence(fence, read_at=read_at)
-    return fence

@@ -29,10 +29,12 @@ MAX_TAG_VALUES = 256
 MAX_TAG_BYTES = 64 * 1024
 # Tag names a filter may name: NIP-01 letters plus the multi-letter names NIP-AR uses (`type`).
 _TAG_NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
-_KNOWN_KEYS = frozenset({"artifact", "kinds", "limit", "offset", "progress"})
+_KNOWN_KEYS = frozenset({"artifact", "kinds", "limit", "offset", "progress", "view_changes"})
 # Predicates whose values are UUIDs in the schema: anything else could never match.
 _UUID_TAGS = frozenset({"d", "h"})
 INCREMENTAL_TAGS = frozenset({"h", "type"})
+# `view_changes` (incremental mode only): how a change of the reader's view is answered.
+VIEW_CHANGES = ("reset", "incremental")
 
 
 class InvalidFilter(ValueError):
@@ -49,6 +51,9 @@ class QueryFilter:
     incremental: bool
     # The token string, or None to start (only meaningful when `incremental`).
     progress: str | None
+    # True when the request opted in to incremental view changes (`view_changes:
+    # "incremental"`); not bound in the token, so each request says it again.
+    view_changes_incremental: bool = False
 
     def values(self, name: str) -> tuple[str, ...] | None:
         """The predicate's values, or None when the filter does not constrain `name`."""
@@ -118,6 +123,10 @@ def parse_filter(raw: Any) -> QueryFilter:
         extra = set(tags) - INCREMENTAL_TAGS
         if extra:
             raise InvalidFilter("incremental reads take #h and #type predicates only")
+        if raw.get("view_changes", "reset") not in VIEW_CHANGES:
+            raise InvalidFilter('"view_changes" must be "reset" or "incremental"')
+    elif "view_changes" in raw:
+        raise InvalidFilter('"view_changes" needs "progress" (incremental mode)')
     elif artifact == "history" and "d" not in tags:
         raise InvalidFilter('"artifact": "history" needs a #d predicate')
     return QueryFilter(
@@ -127,6 +136,7 @@ def parse_filter(raw: Any) -> QueryFilter:
         offset=offset,
         incremental=incremental,
         progress=progress,
+        view_changes_incremental=incremental and raw.get("view_changes") == "incremental",
     )
 
 

@@ -148,3 +148,40 @@ def window_sql(phase: Phase, *, with_cursor: bool, has_channels: bool, has_types
             SELECT w.{at} AS at, w.{key} AS pos, w.{key}::text AS key, count(*) OVER () AS n
               FROM w ORDER BY w.{at} DESC, w.{key} DESC LIMIT 1) last
         ORDER BY kind, at, pos"""
+
+
+@cache
+def catchup_sql(*, with_cursor: bool, has_types: bool) -> str:
+    """One window of the round's catch-up (PROTOCOL.md section 5) in one channel of C: at most
+    %(window)s heads of channel %(cu_channel)s after artifact %(cu_key)s (with a cursor), on
+    `artifact_heads_channel` in artifact order; of those, the first %(want)s that are readable
+    with `modified_at` < T come back as events, then a trailer row (the window's last artifact
+    and row count). The catch-up names no removals: a head it skips is left to the round's own
+    scan or was never in the collection.
+
+    Result columns: kind (0 hit, 1 trailer), artifact id (uuid), stored event JSON (hits only),
+    window row count (trailer only).
+    """
+    cursor = " AND r.artifact_id > %(cu_key)s::uuid" if with_cursor else ""
+    types = _narrow("w.artifact_type", "types" if has_types else None, "text")
+    return f"""
+        WITH w AS MATERIALIZED (
+            SELECT r.artifact_id, r.event_id, r.artifact_type, r.deleted, r.modified_at
+              FROM artifact_heads r
+             WHERE r.community_id = %(community)s AND r.channel_id = %(cu_channel)s::uuid{cursor}
+             ORDER BY r.artifact_id LIMIT %(window)s),
+             hits AS (
+            SELECT w.artifact_id, e.raw
+              FROM w CROSS JOIN LATERAL (
+                   SELECT ev.raw, ev.deleted_at FROM events ev
+                    WHERE ev.community_id = %(community)s AND ev.event_id = w.event_id) e
+             WHERE w.modified_at < %(round_t)s{types}
+               AND {head_shown("w.deleted", "e.deleted_at")}
+               AND {channel_readable("%(cu_channel)s::uuid")}
+             ORDER BY w.artifact_id LIMIT %(want)s)
+        SELECT 0 AS kind, artifact_id, raw, NULL::bigint FROM hits
+        UNION ALL
+        SELECT 1, artifact_id, NULL, n FROM (
+            SELECT w.artifact_id, count(*) OVER () AS n
+              FROM w ORDER BY w.artifact_id DESC LIMIT 1) last
+        ORDER BY kind, artifact_id"""

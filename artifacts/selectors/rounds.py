@@ -3,14 +3,19 @@
 A page, in order:
 
 1. decodes the client's token (before touching the database: a bad token is a 400);
-2. reads the fence T in a statement of its own, before any snapshot (artifacts.selectors.fence);
+2. reads the fence T afresh, before any snapshot (artifacts.selectors.fence; never a cached
+   value, so a round started after a write's `OK` includes the write);
 3. opens one REPEATABLE READ, read-only transaction under the 2 s budget; its first statement
    takes the snapshot every decision of the page is made by;
 4. decides whether the token continues or the reader resets (another epoch or database, a token
-   past its maximum age, a continuation while the deployment is not ready, a changed view); a
-   retired key or an older token version reset too, decided in step 1;
-5. walks the round's phases (FULL, or HEADS then MOVES), each in bounded steps, until the page
-   holds `limit` entries, about 1 MiB of events, or the scan budget is spent;
+   past its maximum age, a continuation while the deployment is not ready, a changed view that
+   the request did not opt in to receive incrementally, or whose enablement or types changed);
+   a retired key or an older token version reset too, decided in step 1. A view change applied
+   incrementally names the channels lost (`removed_channels`) and adds those gained to the
+   round's catch-up;
+5. walks the round's own phases (FULL, or HEADS then MOVES), then its catch-up (the heads of the
+   channels gained, `_catch_up`), each in bounded steps, until the page holds `limit` entries,
+   about 1 MiB of events, or the scan budget is spent;
 6. seals the next token.
 
 A round's T is fixed by its first page and carried in the token; the T read in step 2 is used by
@@ -33,17 +38,18 @@ from django.conf import settings
 from django.db.backends.utils import CursorWrapper
 
 from artifacts.selectors.budget import execute_prepared, read_transaction
-from artifacts.selectors.fence import CACHE_SECONDS, read_fence
+from artifacts.selectors.fence import read_fence
 from artifacts.selectors.filters import QueryFilter
-from artifacts.selectors.round_sql import window_sql
+from artifacts.selectors.round_sql import catchup_sql, window_sql
 from artifacts.selectors.sync_epoch import EPOCH_SQL, database_identity
 from artifacts.selectors.view import (
     PROBE_COLUMNS,
     PROBE_FROM,
+    View,
     ViewProbe,
     probe_from_row,
-    view_digest_from_row,
     view_digest_statement,
+    view_from_row,
     view_unchanged,
 )
 from artifacts.tokens import (
@@ -89,6 +95,9 @@ class Page:
     reset_reason: str | None = None
     # How far the round's T lags the page's now() (open transactions hold it back).
     fence_lag: timedelta = timedelta(0)
+    # Channels that left the reader's view (an incremental view change): the client deletes
+    # every item whose stored head's `h` is one of them before applying the page.
+    removed_channels: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -156,7 +165,6 @@ def read_page(
     ready: bool,
     overlap: timedelta | None = None,
     token_max_age: timedelta | None = None,
-    fence_max_age: float = CACHE_SECONDS,
     scan_budget: int = SCAN_BUDGET,
     before_snapshot: Callable[[], None] | None = None,
     alias: str = "default",
@@ -167,7 +175,7 @@ def read_page(
     is a full round. `scan_budget`: candidate rows the page may examine. `before_snapshot` runs
     between the fence read and the page's snapshot (tests inject a commit there).
     """
-    fence = read_fence(alias=alias, max_age=fence_max_age)
+    fence = read_fence(alias=alias)
     if before_snapshot is not None:
         before_snapshot()
     with read_transaction(alias=alias, repeatable_read=True) as cursor:
@@ -218,7 +226,10 @@ def page_steps(
     if token_max_age is None:
         token_max_age = timedelta(seconds=settings.ARTIFACT_SYNC_TOKEN_MAX_AGE)
     decoded = request.decoded
-    if isinstance(decoded, ProgressToken) and decoded.phase is Phase.DONE:
+    # The token's round is done: this page starts a continuation round (unless it resets).
+    continues = isinstance(decoded, ProgressToken) and _finished(decoded)
+    if continues:
+        assert isinstance(decoded, ProgressToken)
         pending = (decoded.round_t - overlap, max(fence, decoded.round_t))
     else:
         pending = (_ORIGIN, _ORIGIN)  # an empty range: not asked
@@ -239,23 +250,24 @@ def page_steps(
         probe=probe_from_row(listing, members, latest_member),
         fence=fence,
     )
-    reset_reason, token, digest = yield from _resume(
+    reset_reason, token, view, lost = yield from _resume(
         request, state, ready=ready, overlap=overlap, token_max_age=token_max_age
     )
     quiet = False
     if token is None:
         # A new full round, T = this page's fence.
-        if digest is None:
-            digest = yield from _view_digest(request)
+        if view is None:
+            view = yield from _view(request)
         token = ProgressToken(
             phase=Phase.FULL, epoch=epoch, database=state.database, round_t=fence,
             watermark=_ORIGIN, cursor_at=_ORIGIN, cursor_key=b"",
-            view_digest=digest, view_t=fence,
+            view_digest=view.digest, view_t=fence,
             view_fingerprint=state.probe.fingerprint, issued_at=now,
+            view_channels=view.channels,
         )
-    elif token.phase is Phase.DONE:
-        # A continuation round: W = the previous round's T. A cached or skewed fence below
-        # W would make the range run backwards; the round then covers up to W.
+    elif continues:
+        # A continuation round: W = the previous round's T. A fence below W (a clock step)
+        # would make the range run backwards; the round then covers up to W.
         token = replace(
             token, phase=Phase.HEADS, watermark=token.round_t,
             round_t=max(fence, token.round_t), cursor_at=_ORIGIN, cursor_key=b"",
@@ -281,8 +293,12 @@ def page_steps(
         yield from _walk(walk, params)
     else:
         # Nothing is readable, and under this view (constant since the last reset) nothing
-        # ever was; or the round's range holds no candidate: the round is done.
+        # ever was; or the round's range holds no candidate: the round's own scan is done.
         walk.phase = Phase.DONE
+    catchup = _CatchUp(sorted(token.catchup), token.catchup_pending and enabled,
+                       token.catchup_cursor)
+    if catchup.pending and not walk.full():
+        yield from _catch_up(walk, catchup, params)
 
     next_token = replace(
         token,
@@ -292,16 +308,24 @@ def page_steps(
         cursor_at=walk.cursor_at,
         cursor_key=_key_bytes(walk.phase, walk.cursor_key),
         issued_at=now,
+        catchup_pending=catchup.pending,
+        catchup_cursor=catchup.cursor if catchup.pending else b"",
     )
     return Page(
         events=walk.events,
         removed=walk.removed,
         progress=encode_progress(next_token, binding=request.binding),
-        more=walk.phase is not Phase.DONE,
+        more=not _finished(next_token),
         reset=reset_reason is not None,
         reset_reason=reset_reason,
         fence_lag=now - token.round_t,
+        removed_channels=[str(uuid.UUID(bytes=channel)) for channel in lost],
     )
+
+
+def _finished(token: ProgressToken) -> bool:
+    """The token's round is done: both its own scan and its catch-up."""
+    return token.phase is Phase.DONE and not token.catchup_pending
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,44 +346,141 @@ def _resume(
     ready: bool,
     overlap: timedelta,
     token_max_age: timedelta,
-) -> Generator[Statement, Rows, tuple[str | None, ProgressToken | None, bytes | None]]:
-    """(reset reason, token to continue, the view digest when this page computed it); exactly
-    one of the first two is None."""
+) -> Generator[
+    Statement, Rows, tuple[str | None, ProgressToken | None, View | None, list[bytes]]
+]:
+    """(reset reason, token to continue, the view when this page computed it, the channels
+    lost by an incremental view change); exactly one of the first two is None."""
     decoded = request.decoded
     if decoded is None:
-        return "start", None, None
+        return "start", None, None, []
     if isinstance(decoded, RetiredToken):
-        return "retired", None, None
+        return "retired", None, None, []
     if decoded.epoch != state.epoch or decoded.database != state.database:
-        return "epoch", None, None
+        return "epoch", None, None, []
     if state.now - decoded.issued_at > token_max_age:
-        return "expired", None, None
+        return "expired", None, None, []
     if not ready and decoded.phase is not Phase.FULL:
         # A full round under way stays correct; a continuation needs a ready deployment.
-        return "not_ready", None, None
+        return "not_ready", None, None, []
+    if _finished(decoded):
+        # A new round's catch-up starts empty.
+        decoded = replace(decoded, catchup=frozenset(), catchup_pending=False, catchup_cursor=b"")
     if view_unchanged(
         state.probe,
         fingerprint=decoded.view_fingerprint,
         computed_under=decoded.view_t,
         overlap=overlap,
     ):
-        return None, decoded, None
-    digest = yield from _view_digest(request)
-    if digest != decoded.view_digest:
-        return "view", None, digest
-    # The same view, checked in this snapshot: any later change carries a stamp >= this fence.
+        return None, decoded, None, []
+    view = yield from _view(request)
+    # Checked in this snapshot: any later change carries a stamp >= this page's fence.
+    checked = replace(decoded, view_digest=view.digest, view_t=state.fence,
+                      view_fingerprint=state.probe.fingerprint, view_channels=view.channels)
+    if view.digest == decoded.view_digest:
+        return None, checked, view, []
+    old = decoded.view_channels
+    if (
+        not request.query.view_changes_incremental
+        or old is None
+        or view.channels is None
+        or view.digest_with(old) != decoded.view_digest  # enablement or allowed types differ
+    ):
+        return "view", None, view, []
+    # An incremental view change (PROTOCOL.md section 5): L = lost, A = gained.
+    lost = sorted(set(old) - set(view.channels))
+    gained = set(view.channels) - set(old)
+    catchup = (decoded.catchup - set(lost)) | gained
     return None, replace(
-        decoded, view_digest=digest, view_t=state.fence, view_fingerprint=state.probe.fingerprint
-    ), digest
+        checked,
+        catchup=frozenset(catchup),
+        # A channel joining restarts the cursor: its heads lie anywhere in the order.
+        catchup_pending=bool(catchup) and (decoded.catchup_pending or bool(gained)),
+        catchup_cursor=b"" if gained else decoded.catchup_cursor,
+    ), view, lost
 
 
-def _view_digest(request: RoundRequest) -> Generator[Statement, Rows, bytes]:
+def _view(request: RoundRequest) -> Generator[Statement, Rows, View]:
     rows = yield view_digest_statement(
         community_id=request.community_id,
         reader=request.reader,
         channels=request.query.values("h"),
     )
-    return view_digest_from_row(rows[0], types=request.query.values("type"))
+    return view_from_row(rows[0], types=request.query.values("type"))
+
+
+@dataclass(slots=True)
+class _CatchUp:
+    """The round's catch-up as one page walks it: the heads whose home is in C, channel by
+    channel in `artifact_heads_channel` order, each channel's from its start."""
+
+    channels: list[bytes]  # C, sorted
+    pending: bool
+    # The channel (16 bytes) being walked, and the last artifact passed in it (16 more); empty:
+    # from the first channel's start.
+    cursor: bytes
+
+    def position(self) -> tuple[bytes, bytes | None] | None:
+        """(channel, last artifact passed in it or None) to continue from; None when done."""
+        channel, after = self.cursor[:16], self.cursor[16:] or None
+        for candidate in self.channels:
+            if candidate == channel:
+                return candidate, after
+            if candidate > channel:
+                return candidate, None  # the cursor's channel left C: the next one, whole
+        return None
+
+
+def _catch_up(walk: _Walk, catchup: _CatchUp, params: dict[str, Any]) -> Generator[
+    Statement, Rows, None
+]:
+    """Fill the rest of the page from the round's catch-up: readable heads whose home is in C
+    with `modified_at` < T, as events (the catch-up never names removals). One statement per
+    window of one channel's heads (`artifact_heads_channel`), bounded like the own scan's."""
+    window = 0
+    while not walk.full():
+        position = catchup.position()
+        if position is None:
+            catchup.pending = False
+            return
+        channel, after = position
+        want = walk.limit - walk.entries
+        window = min(walk.budget, max(window * 2, want + want // 4 + 16))
+        step = {
+            **params,
+            "window": window,
+            "want": want,
+            "cu_channel": uuid.UUID(bytes=channel),
+            "cu_key": None if after is None else uuid.UUID(bytes=after),
+        }
+        rows = yield catchup_sql(
+            with_cursor=after is not None, has_types="types" in params
+        ), step
+        trailer = rows.pop() if rows and rows[-1][0] == 1 else None
+        scanned = 0 if trailer is None else int(trailer[3])
+        walk.budget -= scanned
+        for _kind, artifact, raw, _n in rows:
+            if walk.events and walk.size + len(raw) > PAGE_BYTES:
+                walk.size = PAGE_BYTES  # this one waits for the next page
+                return
+            catchup.cursor = channel + artifact.bytes
+            if str(artifact) in walk.seen:
+                continue  # emitted by the own scan of this page, classified alike
+            walk.seen.add(str(artifact))
+            walk.events.append(raw)
+            walk.size += len(raw)
+        if len(rows) == want:
+            continue  # heads may follow the last hit in this window
+        if scanned < window:
+            # The channel is done: the next one from its start, or the catch-up is done.
+            following = [candidate for candidate in catchup.channels if candidate > channel]
+            if not following:
+                catchup.pending, catchup.cursor = False, b""
+                return
+            catchup.cursor = following[0]
+        else:
+            assert trailer is not None
+            catchup.cursor = channel + trailer[1].bytes
 
 
 def _walk(walk: _Walk, params: dict[str, Any]) -> Generator[Statement, Rows, None]:

@@ -21,6 +21,7 @@ when the probe proves nothing it depends on changed since the view was computed:
 from __future__ import annotations
 
 import hashlib
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,6 +30,7 @@ import orjson
 from django.db.backends.utils import CursorWrapper
 
 from artifacts.selectors.readability import readable_channels
+from artifacts.tokens import MAX_VIEW_CHANNELS
 
 DIGEST_BYTES = 16
 
@@ -72,31 +74,71 @@ def view_unchanged(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class View:
+    """P's view as one page computed it."""
+
+    digest: bytes
+    # What of the view is not channels (enablement and the allowed types within the filter),
+    # as it enters the digest.
+    summary: bytes
+    # V: the readable channels within the filter (sorted 16-byte ids), or None when there are
+    # more than MAX_VIEW_CHANNELS (a token cannot carry them).
+    channels: tuple[bytes, ...] | None
+
+    def digest_with(self, channels: tuple[bytes, ...]) -> bytes:
+        """The digest this view would have with channel set `channels`: equal to an older
+        view's digest exactly when only the channels changed since that view."""
+        return _digest(self.summary, _channel_hash(channels))
+
+
 def view_digest_statement(
     *, community_id: int, reader: str, channels: tuple[str, ...] | None
 ) -> tuple[str, dict[str, Any]]:
-    """The statement whose one row `view_digest_from_row` turns into the view's digest."""
+    """The statement whose one row `view_from_row` turns into the view."""
     params: dict[str, Any] = {"community": community_id, "reader": reader}
     if channels is not None:
         params["filter_h"] = list(channels)
     sql = f"""
-        SELECT co.artifacts_enabled, co.artifact_types,
-               (SELECT sha256(convert_to(coalesce(
-                           string_agg(v.channel_id::text, ',' ORDER BY v.channel_id), ''), 'UTF8'))
-                  FROM ({readable_channels("filter_h" if channels is not None else None)}) v)
-          FROM communities co WHERE co.id = %(community)s
+        SELECT co.artifacts_enabled, co.artifact_types, v.hash,
+               CASE WHEN v.n <= {MAX_VIEW_CHANNELS} THEN v.ids END
+          FROM communities co,
+               LATERAL (SELECT sha256(convert_to(coalesce(
+                                  string_agg(r.channel_id::text, ',' ORDER BY r.channel_id), ''),
+                                  'UTF8')) AS hash,
+                               count(*) AS n,
+                               coalesce(array_agg(r.channel_id ORDER BY r.channel_id),
+                                        '{{}}'::uuid[]) AS ids
+                          FROM ({readable_channels("filter_h" if channels is not None else None)}) r
+                       ) v
+         WHERE co.id = %(community)s
         """
     return sql, params
 
 
-def view_digest_from_row(row: tuple[Any, ...], *, types: tuple[str, ...] | None) -> bytes:
-    enabled, allowed, channel_hash = row
+def view_from_row(row: tuple[Any, ...], *, types: tuple[str, ...] | None) -> View:
+    enabled, allowed, channel_hash, ids = row
     if allowed is None:
         view_types: list[str] | None = None if types is None else list(types)
     else:
         view_types = sorted(set(allowed) & set(types) if types is not None else set(allowed))
     summary = orjson.dumps({"enabled": enabled, "types": view_types})
-    return hashlib.sha256(b"buzz view v1\0" + summary + bytes(channel_hash)).digest()[:DIGEST_BYTES]
+    channels = None if ids is None else tuple(channel.bytes for channel in ids)
+    return View(_digest(summary, bytes(channel_hash)), summary, channels)
+
+
+def view_digest_from_row(row: tuple[Any, ...], *, types: tuple[str, ...] | None) -> bytes:
+    return view_from_row(row, types=types).digest
+
+
+def _channel_hash(channels: tuple[bytes, ...]) -> bytes:
+    """sha256 of the channel ids as text, comma-separated, sorted: what the statement hashes."""
+    text = ",".join(str(uuid.UUID(bytes=channel)) for channel in sorted(channels))
+    return hashlib.sha256(text.encode()).digest()
+
+
+def _digest(summary: bytes, channel_hash: bytes) -> bytes:
+    return hashlib.sha256(b"buzz view v1\0" + summary + channel_hash).digest()[:DIGEST_BYTES]
 
 
 def compute_view_digest(

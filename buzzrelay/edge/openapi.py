@@ -412,6 +412,7 @@ def _schemas() -> Schema:
                 "artifact": {"const": "current"},
                 **common_filter_props,
                 "progress": {"type": ["string", "null"], "maxLength": 8192},
+                "view_changes": {"enum": ["reset", "incremental"]},
                 "#h": {**tag_values, "items": {"type": "string", "pattern": UUID}},
                 "#type": tag_values,
             },
@@ -432,6 +433,7 @@ def _schemas() -> Schema:
             "properties": {
                 "events": {"type": "array", "items": ref("Event"), "maxItems": 1000},
                 "removed": {"type": "array", "items": ref("Removal"), "maxItems": 1000},
+                "removed_channels": {"type": "array", "items": {"type": "string", "pattern": UUID}},
                 "progress": {"type": "string", "pattern": "^[A-Za-z0-9_-]+={0,2}$"},
                 "more": {"type": "boolean"},
                 "reset": {"type": "boolean"},
@@ -466,6 +468,7 @@ def _schemas() -> Schema:
                                 "endpoint": {"const": "/query"},
                                 "overlap_seconds": {"type": "integer", "minimum": 0},
                                 "max_limit": {"type": "integer", "minimum": 1},
+                                "view_changes": {"type": "array", "items": {"type": "string"}},
                             },
                         },
                         "sync": {

@@ -18,7 +18,6 @@ from typing import Any
 import psycopg
 from django.conf import settings
 from django.db import connection as django_connection
-from django.db import transaction
 
 from artifacts.db import psycopg_connect_kwargs
 from relayinfo.readiness.inspection import inspect_deployment, unreachable_report
@@ -189,10 +188,21 @@ def _inspect_local(*, own: bool, local_generated: bool) -> ReadinessReport:
         if own:
             # Bounded like every read: a verdict must never hang NIP-11 or /query behind a lock
             # (a migration's, an operator's LOCK TABLE); timing out reads as "unreachable".
-            with transaction.atomic(), django_connection.cursor() as cursor:
-                cursor.execute(f"SET LOCAL statement_timeout = {EVALUATION_BUDGET_MS}")
-                cursor.execute(f"SET LOCAL lock_timeout = {EVALUATION_BUDGET_MS // 2}")
-                return inspect_deployment(django_connection, local_key_generated=local_generated)
+            # Session settings, each statement in autocommit, rather than one transaction: the
+            # fleet refresher evaluates every few seconds, and a transaction open across all
+            # the catalog reads would hold every round's fence below its start meanwhile, so a
+            # round started right after a write could miss it (PROTOCOL.md section 5).
+            with django_connection.cursor() as cursor:
+                cursor.execute(
+                    f"SET statement_timeout = {EVALUATION_BUDGET_MS};"
+                    f" SET lock_timeout = {EVALUATION_BUDGET_MS // 2}"
+                )
+                try:
+                    return inspect_deployment(
+                        django_connection, local_key_generated=local_generated
+                    )
+                finally:
+                    cursor.execute("RESET statement_timeout; RESET lock_timeout")
         with separate_connection() as conn:
             return inspect_deployment(conn, local_key_generated=local_generated)
     except Exception as exc:

@@ -11,10 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from artifacts.tokens import (
+    _FIELDS,
+    MAX_VIEW_CHANNELS,
     InvalidProgress,
     Phase,
     ProgressToken,
     RetiredToken,
+    _key,
     database_tag,
     decode_progress,
     encode_progress,
@@ -133,3 +136,41 @@ def test_arbitrary_bytes_only_ever_raise_invalid_progress(data: bytes) -> None:
 def test_arbitrary_text_only_ever_raises_invalid_progress(text: str) -> None:
     with pytest.raises(InvalidProgress):
         decode(text)
+
+
+def test_the_view_and_the_catch_up_round_trip_and_stay_small() -> None:
+    channels = tuple(sorted(bytes([i]) * 16 for i in range(10)))
+    token = replace(TOKEN, view_channels=channels, catchup=frozenset(channels[3:5]),
+                    catchup_pending=True, catchup_cursor=channels[3] + b"\x07" * 16)
+    text = encode_progress(token, binding=BINDING, secret=KEY)
+    assert decode(text) == token
+    assert len(text) < 500  # ten channels ride in the token
+    started = replace(token, catchup_cursor=channels[4])  # from the start of a channel
+    assert decode(encode_progress(started, binding=BINDING, secret=KEY)) == started
+    largest = replace(TOKEN, view_channels=tuple(sorted(i.to_bytes(16, "big")
+                                                        for i in range(MAX_VIEW_CHANNELS))))
+    assert len(encode_progress(largest, binding=BINDING, secret=KEY)) <= 8192
+
+
+def test_a_token_without_the_view_part_reads_as_one_that_does_not_carry_it() -> None:
+    """Tokens issued before the view part existed end after their cursor key."""
+    fields = _FIELDS.pack(TOKEN.phase, TOKEN.epoch, TOKEN.database, 0, 0, 0, TOKEN.view_digest,
+                          0, TOKEN.view_fingerprint, 0, 0)
+    nonce = b"\x01" * 12
+    sealed = _key(KEY, 1).encrypt(nonce, fields, bytes([1]) + BINDING)
+    text = base64.urlsafe_b64encode(bytes([1]) + nonce + sealed).rstrip(b"=").decode()
+    decoded = decode(text)
+    assert isinstance(decoded, ProgressToken)
+    assert decoded.view_channels is None and decoded.catchup == frozenset()
+
+
+@pytest.mark.parametrize("bad", [
+    {"view_channels": (b"\x02" * 16, b"\x01" * 16)},  # not sorted
+    {"view_channels": (b"\x01" * 15,)},
+    {"view_channels": None, "catchup": frozenset({b"\x01" * 16})},
+    {"view_channels": (b"\x01" * 16,), "catchup": frozenset({b"\x02" * 16})},
+    {"view_channels": (b"\x01" * 16,), "catchup_cursor": b"\x01" * 5},
+])
+def test_an_inconsistent_view_part_is_never_sealed(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        encode_progress(replace(TOKEN, **bad), binding=BINDING, secret=KEY)  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from buzzclient import RelayAddress, RelayHttp, Syncer
 from buzzclient.cli import main as cli_main
 from nostr.events import sign
 from relayinfo.readiness import forget_cached_readiness
-from tests.buzzclient.world import World, catch_up, settle, totals
+from tests.buzzclient.world import World, catch_up, totals
 from tests.factories import Key, add_member, redact, write
 from tests.relay_server import RelayProcess, start_relay
 
@@ -103,7 +103,6 @@ def test_a_run_that_finishes_an_interrupted_round_also_brings_what_was_written_s
     """An interrupted round's range ends where its first page put it (T). The run that
     finishes it runs one more round, so a write made in between is in the collection."""
     world.create(world.open_h, 6)
-    settle()  # past the relay's cached fence: the round's T covers the six
     db = tmp_path / "local.sqlite"
     with Syncer(relay_url=relay_server.url, secret_hex=world.bob.secret, db=db,
                 page_limit=2) as first:
@@ -111,7 +110,6 @@ def test_a_run_that_finishes_an_interrupted_round_also_brings_what_was_written_s
         opened.step()  # the first of three pages: the round stays open
         assert not opened.done
     later = world.create(world.member_h)[0]
-    settle()
     key_file = tmp_path / "bob.key"
     key_file.write_text(world.bob.secret + "\n")
     assert cli_main(["--relay", relay_server.url, "--key-file", str(key_file),
@@ -140,21 +138,28 @@ def test_removals_reach_the_collection(world: World, sync: Callable[..., Syncer]
     assert fresh_full_read(sync, world.bob, "removals", expected) == syncer.heads()
 
 
-def test_a_visibility_change_resets_and_the_collection_follows(
+def test_view_changes_cost_their_channels_not_a_reset(
     world: World, sync: Callable[..., Syncer]
 ) -> None:
+    """buzz-sync opts in to incremental view changes (NIP-11 advertises them): a channel made
+    private comes as `removed_channels` (applied by each item's stored home), a grant as a
+    catch-up of that channel; neither resets the collection."""
     world.create(world.open_h, 5)
     world.create(world.member_h, 2)
     syncer = sync(world.bob, page_limit=3)
+    assert syncer.relay_info().incremental_view_changes
     catch_up(syncer, world.readable({world.open_h, world.member_h}))
     write(world.community, world.alice, 9002, [["h", world.open_h], ["private"]])
     closed = catch_up(syncer, world.readable({world.member_h}))
-    assert closed[0].kind == "full"  # the reset page started a new (staged) full round
-    assert totals(closed) == (0, 0, 5, 1)
+    assert {r.kind for r in closed} == {"continuation"}
+    assert totals(closed) == (0, 0, 5, 0)
 
-    add_member(world.community, world.open_h, world.bob)  # the reader's own grant resets too
+    add_member(world.community, world.open_h, world.bob)
     granted = catch_up(syncer, world.readable({world.open_h, world.member_h}))
-    assert totals(granted) == (5, 0, 0, 1)
+    assert {r.kind for r in granted} == {"continuation"}
+    assert totals(granted) == (5, 0, 0, 0)
+    # Only the granted channel's heads came (plus what the overlap repeats of recent changes).
+    assert sum(r.items for r in granted) <= 2 * 5 + 3
     expected = world.readable({world.open_h, world.member_h})
     assert fresh_full_read(sync, world.bob, "visibility", expected) == syncer.heads()
 
@@ -252,3 +257,23 @@ def test_publish_posts_signed_events_and_returns_the_ok_answer(
     syncer = sync(world.bob)
     catch_up(syncer, {d: event.id})
     assert syncer.artifacts()[d] == event
+
+
+def test_a_round_run_as_soon_as_publish_returns_holds_the_write(
+    world: World, relay_server: RelayProcess, sync: Callable[..., Syncer]
+) -> None:
+    """Read-your-writes through the client (PROTOCOL.md section 5): each round run right after
+    `publish` answered `OK` holds that write, without any wait in between."""
+    syncer = sync(world.bob, page_limit=10)
+    syncer.run_round()
+    address = RelayAddress.parse(relay_server.url)
+    with RelayHttp(address, world.alice.secret) as alice:
+        for attempt in range(25):
+            d = str(uuid.uuid4())
+            tags = [["ar", "1"], ["d", d], ["h", world.member_h], ["type", "buzz.note"],
+                    ["op", "create"], ["title", f"write {attempt}"]]
+            event = sign(world.alice.secret, kind=45010, tags=tags, content="{}")
+            assert alice.publish(event) == (True, "")
+            summary = syncer.run_round()
+            assert summary.kind == "continuation" and summary.added == 1, (attempt, summary)
+            assert syncer.heads()[d] == event.id

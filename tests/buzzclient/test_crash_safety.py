@@ -23,7 +23,7 @@ import pytest
 
 from buzzclient import Syncer
 from buzzclient.store import CollectionKey
-from tests.buzzclient.world import World, settle
+from tests.buzzclient.world import World
 from tests.factories import redact, write
 from tests.relay_server import ROOT, RelayProcess, start_relay
 
@@ -152,7 +152,6 @@ def test_killed_anywhere_the_next_run_ends_equal_to_a_fresh_full_read(
     assert min(killed.values()) >= 3, killed
     assert before_commit >= 1
 
-    settle()
     final = buzz_sync(fast_relay, key_file, db, limit=25)
     _out, err = final.communicate(timeout=120)
     assert final.returncode == 0, err

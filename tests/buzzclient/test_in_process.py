@@ -4,7 +4,6 @@ every reader's collection. This is how the incremental-reads model test can use 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import httpx
@@ -46,9 +45,7 @@ def test_sync_once_drives_an_in_process_relay(tmp_path: Path) -> None:
         assert read(carol) == {d1: head1}
         head1b = update_artifact(community, alice, d1, open_h, prev=head1, title="new")
         add_member(community, private_h, carol)
-        # The relay may reuse a fence read up to a second ago: rounds started later see
-        # every write made before (the model test's quiet final round is such a round).
-        time.sleep(1.1)
+        # Read-your-writes: a round started after the writes includes them.
         assert read(bob) == read(carol) == {d1: head1b, d2: head2}
 
 

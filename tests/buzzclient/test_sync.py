@@ -12,10 +12,13 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from buzzclient import ProtocolViolation, RetryPolicy, Syncer
 from buzzclient.errors import ConcurrentSync, RelayBusy, Unauthorized
+from buzzclient.page import parse_page
+from buzzclient.store import CollectionKey, CollectionStore
 from nostr.schnorr import generate_secret
 from tests.buzzclient.fake_relay import FakeRelay, artifact_event, marker_event, serve
 
@@ -332,3 +335,41 @@ def test_prefetching_overlaps_requests_without_changing_what_is_applied(
         assert relay.sent_progress[mark] == stored
         assert resumed.updated == 12 - 5
         assert syncer.heads() == relay.readable()
+
+
+def _page_body(events: list[dict[str, object]], **fields: object) -> bytes:
+    return orjson.dumps({"events": events, "removed": [], "progress": "t", "more": False,
+                         "reset": False, **fields})
+
+
+def test_removed_channels_delete_by_each_items_stored_home(tmp_path: Path) -> None:
+    """PROTOCOL.md section 5: before a page's events, every item whose *stored* head's `h` is
+    in `removed_channels` goes, even one that has moved since; the page's own events (from
+    where the items are now) apply after."""
+    stays, leaves, moved = (str(uuid.uuid4()) for _ in range(3))
+    with CollectionStore(tmp_path / "c.sqlite") as store:
+        collection = store.open_collection(CollectionKey("http://x", "x", "ab" * 32, "{}")).id
+        first = parse_page(_page_body([artifact_event(stays, OTHER, title="a"),
+                                       artifact_event(leaves, CHANNEL, title="b"),
+                                       artifact_event(moved, CHANNEL, title="c")]))
+        state = store.apply_page(collection, expected_version=0, sent_progress=None,
+                                 page=first, continuable=True).state
+        moved_event = artifact_event(moved, OTHER, title="c", op="move")
+        page = parse_page(_page_body([moved_event], removed_channels=[CHANNEL]))
+        assert page.removed_channels == (CHANNEL,)
+        applied = store.apply_page(collection, expected_version=state.version,
+                                   sent_progress="t", page=page, continuable=True)
+        assert applied.changes.removed == 2 and applied.changes.added == 1
+        assert store.heads(collection) == {stays: first.events[0].event_id,
+                                           moved: moved_event["id"]}
+
+
+@pytest.mark.parametrize("removed_channels", [["not-a-uuid"], "x", [1], None])
+def test_a_malformed_removed_channels_list_fails_the_page(removed_channels: object) -> None:
+    with pytest.raises(ProtocolViolation, match="removed_channels"):
+        parse_page(_page_body([], removed_channels=removed_channels))
+
+
+def test_a_page_that_resets_and_removes_channels_fails() -> None:
+    with pytest.raises(ProtocolViolation, match="resets and removes"):
+        parse_page(_page_body([], reset=True, removed_channels=[CHANNEL]))

@@ -69,6 +69,15 @@ def _next_summary(lines: queue.Queue[str], pattern: str, timeout: float) -> list
     raise AssertionError(f"no {pattern!r} within {timeout} s; saw {seen}")
 
 
+def _drain(lines: queue.Queue[str]) -> list[str]:
+    drained = []
+    while True:
+        try:
+            drained.append(lines.get_nowait())
+        except queue.Empty:
+            return drained
+
+
 @pytest.mark.django_db(transaction=True)
 def test_live_events_trigger_rounds(relay_server: RelayProcess, tmp_path: Path) -> None:
     world = World()
@@ -84,13 +93,17 @@ def test_live_events_trigger_rounds(relay_server: RelayProcess, tmp_path: Path) 
     threading.Thread(target=_lines, args=(child.stdout, lines), daemon=True).start()
     try:
         _next_summary(lines, "+3 added", timeout=30)
-        # Startup: the live subscription's own round and its follow-up come and go; after
-        # that only a live event can start a round before the 600 s poll.
+        # Startup: the live subscription's own round comes and goes; after that only a live
+        # event can start a round before the 600 s poll.
         time.sleep(3)
+        _drain(lines)
         d = world.create(world.member_h)[0]
-        _next_summary(lines, "+1 added", timeout=10)
+        # The round a hint starts holds the write (read-your-writes): no follow-up round.
+        assert _next_summary(lines, "round:", timeout=10)[-1].count("+1 added") == 1
         world.delete(d)
-        _next_summary(lines, "-1 removed", timeout=10)
+        assert _next_summary(lines, "round:", timeout=10)[-1].count("-1 removed") == 1
+        time.sleep(2)
+        assert not [line for line in _drain(lines) if "round:" in line]
     finally:
         child.terminate()
         child.wait(10)

@@ -19,18 +19,10 @@ from tests.factories import (
 HOST = "127.0.0.1"  # the relay URL's host names the community
 
 
-def settle() -> None:
-    """Let the relay's fence pass our last write. A round covers stamps below its T, and the
-    relay may reuse a fence read up to a second ago (PROTOCOL.md section 5): a round started
-    sooner may leave the write to the next round, as the protocol allows."""
-    time.sleep(1.1)
-
-
 def catch_up(syncer: Syncer, expected: dict[str, str], rounds: int = 8) -> list[RoundSummary]:
     """Rounds until the collection is `expected` (usually one). A round's fence also stops at
     the oldest open transaction of the database, so one that started before our write and is
     still open (the relay's own bookkeeping, say) leaves the write to a later round."""
-    settle()
     done = []
     for _ in range(rounds):
         done.append(syncer.run_round())

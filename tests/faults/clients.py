@@ -24,9 +24,6 @@ from nostr.nip98 import make_nip98_header
 from nostr.schnorr import generate_secret, pubkey_from_secret
 from tests.faults.deployment import HOST
 
-# A relay reuses a fence for at most a second (PROTOCOL.md section 5); a little margin on top.
-FENCE_CACHE_SECONDS = 1.2
-
 
 class Client:
     """A pubkey talking to one relay over HTTP with NIP-98 (a fresh nonce per request).
@@ -211,14 +208,8 @@ class Collection:
         raise AssertionError("round did not finish")
 
     def catch_up(self) -> None:
-        """A round that sees every write committed before this call.
-
-        A round covers stamps below its fence T, and a relay may reuse a fence for up to a
-        second (PROTOCOL.md section 5): a round started at once after a write can end before
-        it, and the write arrives in the next round. Waiting out the cached fence first makes
-        the round's T later than every write already acknowledged.
-        """
-        time.sleep(FENCE_CACHE_SECONDS)
+        """A round that sees every write acknowledged before this call: the relay reads each
+        round's fence afresh (PROTOCOL.md section 5, read-your-writes)."""
         self.round()
 
     def ids(self) -> dict[str, str]:

@@ -29,7 +29,8 @@ def test_ready_deployment_advertises_incremental_with_the_exact_document(
         "supported_nips": [1, 11, 42, 98],
         "supported_extensions": ["artifacts.incremental", "artifacts.sync"],
         "artifacts": {
-            "incremental": {"endpoint": "/query", "overlap_seconds": 120, "max_limit": 1000},
+            "incremental": {"endpoint": "/query", "overlap_seconds": 120, "max_limit": 1000,
+                            "view_changes": ["reset", "incremental"]},
             "sync": {"endpoint": "/", "kinds": [45010, 45011]},
         },
         "limitation": {

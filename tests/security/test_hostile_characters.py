@@ -716,8 +716,8 @@ def _websocket_reads(world: World, reader: NostrWs, batch: list[Written]) -> Non
 
 def _until_caught_up(check: Callable[[], object], timeout: float = 10) -> None:
     """Repeat `check` (rounds) until it passes: a round covers stamps below its fence, which
-    the relay may reuse for up to a second, so a round just after a write may leave it to the
-    next one (PROTOCOL.md section 5)."""
+    stops at the oldest transaction still open, so a round just after a write may leave it to
+    the next one while one that began before it is open (PROTOCOL.md section 5)."""
     deadline = time.monotonic() + timeout
     while True:
         try:

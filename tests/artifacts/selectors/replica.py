@@ -1,7 +1,9 @@
 """A client's local collection, kept by rounds the way PROTOCOL.md section 5 asks clients to.
 
-Pages are applied idempotently: a reset empties the collection first, events upsert by `d`,
-removals delete by `d`. Used by the selector tests to check what a reader ends up holding.
+Pages are applied idempotently: a reset empties the collection first, `removed_channels` (a
+replica made with `view_changes="incremental"`) deletes every item whose stored head's `h` is
+listed, then events upsert by `d` and removals delete by `d`. Used by the selector tests to check
+what a reader ends up holding.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class Replica:
         channels: list[str] | None = None,
         types: list[str] | None = None,
         overlap: timedelta = timedelta(0),
+        view_changes: str | None = None,
     ) -> None:
         self.community = community
         self.reader = reader
@@ -38,6 +41,7 @@ class Replica:
             self.filter["#h"] = channels
         if types is not None:
             self.filter["#type"] = types
+        self.view_changes = view_changes
         self.overlap = overlap
         self.items: dict[str, dict[str, Any]] = {}
         self.token: str | None = None
@@ -51,7 +55,10 @@ class Replica:
         before_snapshot: Callable[[], None] | None = None,
         **options: Any,
     ) -> Page:
-        query = parse_filter({**self.filter, "progress": self.token, "limit": limit})
+        wanted: dict[str, Any] = {**self.filter, "progress": self.token, "limit": limit}
+        if self.view_changes is not None:
+            wanted["view_changes"] = self.view_changes
+        query = parse_filter(wanted)
         request = prepare_round(
             community_id=self.community.pk, reader=self.reader, query=query
         )
@@ -59,7 +66,6 @@ class Replica:
             request,
             ready=ready,
             overlap=self.overlap,
-            fence_max_age=0,
             before_snapshot=before_snapshot,
             **options,
         )
@@ -69,6 +75,11 @@ class Replica:
     def apply(self, page: Page) -> None:
         if page.reset:
             self.items.clear()
+        if page.removed_channels:
+            assert self.view_changes == "incremental", "removed_channels without opting in"
+            lost = set(page.removed_channels)
+            for gone in [d for d, event in self.items.items() if tag(event, "h") in lost]:
+                del self.items[gone]
         for raw in page.events:
             event = orjson.loads(raw)
             d = tag(event, "d")

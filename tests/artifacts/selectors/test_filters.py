@@ -118,3 +118,25 @@ def test_limits_at_their_bounds_are_accepted() -> None:
     parse_filter({"artifact": "current", "limit": 1, "offset": 0})
     parse_filter({"artifact": "current", **{f"#t{i}": ["x"] for i in range(32)}})
     parse_filter({"artifact": "current", "#t": [str(i) for i in range(256)]})
+
+
+def test_view_changes_opt_in_is_per_request_and_not_bound() -> None:
+    base = {"artifact": "current", "progress": None, "#h": [D1]}
+    opted = parse_filter({**base, "view_changes": "incremental"})
+    assert opted.view_changes_incremental
+    assert not parse_filter({**base, "view_changes": "reset"}).view_changes_incremental
+    assert not parse_filter(base).view_changes_incremental
+    # The token binds the same filter whatever the request says about view changes.
+    assert opted.canonical_digest() == parse_filter(base).canonical_digest()
+
+
+@pytest.mark.parametrize("fields", [
+    {"progress": None, "view_changes": "yes"},
+    {"progress": None, "view_changes": True},
+    {"progress": None, "view_changes": ["incremental"]},
+    {"progress": None, "view_changes": None},
+    {"view_changes": "incremental"},  # plain mode
+])
+def test_bad_view_changes_are_refused(fields: dict[str, Any]) -> None:
+    with pytest.raises(InvalidFilter, match="view_changes"):
+        parse_filter({"artifact": "current", **fields})

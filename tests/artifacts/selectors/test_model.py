@@ -5,17 +5,25 @@ kind land, some between the pages of a round: artifact create, update, move, del
 redaction; grants, removals, rejoins; visibility changes, channel creation, deletion, restore,
 archive; policy and admin list changes. The readers: a member of the private channels, a
 non-member, a community admin who is not a member, one who keeps being removed and re-added,
-and a member syncing with a `#h`/`#type` filter. The expectation is a pure-Python statement of
+and a member syncing with a `#h`/`#type` filter; each of them twice, once without opting in to
+incremental view changes (every view change resets) and once with `view_changes: "incremental"`
+(suffix `+`: grants, removals, rejoins and visibility changes come as `removed_channels` and a
+catch-up, applied by each item's stored home). The expectation is a pure-Python statement of
 readability (tests/artifacts/selectors/reference.py) over the tables.
 
 Properties, checked on every page:
 - no page carries an event its reader cannot read (with the filter) when the page is served;
 - no page names an artifact that never lived in a channel (within the filter) its reader could
-  read at the time;
+  read at the time, nor a channel (`removed_channels`) its reader never could read;
 - a round with no write during it leaves the collection equal to the expectation (a fresh full
   read);
+- an opted-in reader resets exactly where the contract requires it: on its first page, and on
+  the first page after its enablement or allowed types (within the filter) changed; never for a
+  change of channels (its views stay far below what a token carries);
 and at the end, after a final quiet round, every collection equals a fresh full read and the
-expectation. The overlap is 0, so the fence alone must deliver every write.
+expectation; rounds terminate (a round that does not finish within 10,000 pages fails). Resets
+are counted per reader and the opted-in readers' are checked against the rule above. The overlap
+is 0, so the fence alone must deliver every write.
 """
 
 from __future__ import annotations
@@ -55,17 +63,27 @@ class SyncModel(RuleBasedStateMachine):
                          members=[self.member]),
         ]
         self.readers = [self.member, self.outsider, self.admin, self.flaky]
-        self.replicas = {
-            "member": Replica(self.community, self.member.pubkey),
-            "outsider": Replica(self.community, self.outsider.pubkey),
-            "admin": Replica(self.community, self.admin.pubkey),
-            "flaky": Replica(self.community, self.flaky.pubkey),
-            "filtered": Replica(self.community, self.member.pubkey,
-                                channels=[self.channels[0], self.channels[2]],
-                                types=["buzz.task"]),
-        }
+        self.replicas: dict[str, Replica] = {}
+        for suffix, view_changes in (("", None), ("+", "incremental")):
+            for name, who, filtered in (("member", self.member, False),
+                                        ("outsider", self.outsider, False),
+                                        ("admin", self.admin, False),
+                                        ("flaky", self.flaky, False),
+                                        ("filtered", self.member, True)):
+                self.replicas[name + suffix] = Replica(
+                    self.community, who.pubkey, view_changes=view_changes,
+                    channels=[self.channels[0], self.channels[2]] if filtered else None,
+                    types=["buzz.task"] if filtered else None,
+                )
         self.artifacts: list[str] = []
         self.ever: dict[str, set[str]] = {name: set() for name in self.replicas}
+        # Channels each reader could read (within its filter) at some point.
+        self.ever_channels: dict[str, set[str]] = {name: set() for name in self.replicas}
+        # The reader's view summary (enablement, allowed types within the filter) at its last
+        # page, and how many pages reset it.
+        self.summaries: dict[str, tuple[bool, list[str] | None] | None] = dict.fromkeys(
+            self.replicas)
+        self.resets: dict[str, int] = dict.fromkeys(self.replicas, 0)
         self.clean: dict[str, bool] = {name: False for name in self.replicas}
         self.world = self.observe()
 
@@ -77,6 +95,11 @@ class SyncModel(RuleBasedStateMachine):
         for name, replica in self.replicas.items():
             wanted_channels = replica.filter.get("#h")
             wanted_types = replica.filter.get("#type")
+            self.ever_channels[name] |= {
+                h for h in world.channels
+                if world.channel_readable(h, replica.reader)
+                and (wanted_channels is None or h in wanted_channels)
+            }
             for d, (_event, home, kind, _deleted, _redacted) in world.heads.items():
                 if not world.channel_readable(home, replica.reader):
                     continue
@@ -91,6 +114,16 @@ class SyncModel(RuleBasedStateMachine):
         for name in self.clean:
             self.clean[name] = False
         self.world = self.observe()
+
+    def summary(self, name: str) -> tuple[bool, list[str] | None]:
+        """What of the reader's view is not channels, as the relay compares it."""
+        wanted = self.replicas[name].filter.get("#type")
+        allowed = self.world.types
+        if allowed is None:
+            types = None if wanted is None else sorted(set(wanted))
+        else:
+            types = sorted(allowed & set(wanted)) if wanted is not None else sorted(allowed)
+        return self.world.enabled, types
 
     def expected(self, name: str) -> dict[str, str]:
         replica = self.replicas[name]
@@ -194,14 +227,25 @@ class SyncModel(RuleBasedStateMachine):
 
     # --- reads -------------------------------------------------------------------------------
 
-    @rule(name=st.sampled_from(["member", "outsider", "admin", "flaky", "filtered"]),
+    @rule(name=st.sampled_from(["member", "outsider", "admin", "flaky", "filtered", "member+",
+                                "outsider+", "admin+", "flaky+", "filtered+"]),
           limit=st.integers(1, 4))
     def page(self, name: str, limit: int) -> None:
         replica = self.replicas[name]
         starts_round = not replica.pages or not replica.pages[-1].more
+        first_page = replica.token is None
         page = replica.page(limit)
         if starts_round or page.reset:
             self.clean[name] = True
+        self.resets[name] += page.reset
+        summary, self.summaries[name] = self.summaries[name], self.summary(name)
+        if replica.view_changes == "incremental":
+            required = first_page or summary != self.summaries[name]
+            assert page.reset == required, (name, page.reset_reason, "reset against the rule")
+        else:
+            assert not page.removed_channels, (name, "removed_channels without opting in")
+        for h in page.removed_channels:
+            assert h in self.ever_channels[name], (name, h, "named a channel it never could read")
         expected = self.expected(name)
         for raw in page.events:
             event = orjson.loads(raw)
@@ -223,6 +267,7 @@ class SyncModel(RuleBasedStateMachine):
                 assert replica.reader not in replica.token
 
     def teardown(self) -> None:
+        print("resets per reader:", self.resets)
         for name, replica in self.replicas.items():
             if replica.pages and replica.pages[-1].more:
                 replica.round(limit=3)  # the round under way saw writes: finish it first

@@ -253,7 +253,7 @@ def statements_of_next_page(replica: Replica) -> tuple[int, Page]:
         reader=replica.reader,
         query=parse_filter({**replica.filter, "progress": replica.token, "limit": 100}),
     )
-    fence = read_fence(max_age=0)
+    fence = read_fence()
     with read_transaction(repeatable_read=True) as cursor:
         steps = page_steps(
             request, fence=fence, identity=database_identity(cursor),

@@ -1,0 +1,246 @@
+"""Incremental view changes (PROTOCOL.md section 5): a reader that opts in (`view_changes:
+"incremental"`) gets `removed_channels` for channels it lost and a catch-up of the channels it
+gained, instead of a reset; one that does not opt in resets as before. Enablement and type
+changes, and a view whose channels a token cannot carry, still reset.
+
+Every test ends with the collection equal to a fresh full read.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from artifacts.selectors.filters import parse_filter
+from artifacts.selectors.rounds import Page, prepare_round
+from artifacts.services.communities import community_update_policy
+from artifacts.tokens import MAX_VIEW_CHANNELS, ProgressToken, decode_progress, encode_progress
+from tests.artifacts.selectors.replica import Replica
+from tests.factories import (
+    add_member,
+    create_artifact,
+    make_channel,
+    make_community,
+    make_key,
+    move_artifact,
+    update_artifact,
+    write,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def world() -> dict[str, Any]:
+    owner, reader = make_key(), make_key()
+    community = make_community()
+    open_h = make_channel(community, owner=owner)
+    joined = make_channel(community, owner=owner, visibility="private", members=[reader])
+    hidden = make_channel(community, owner=owner, visibility="private")
+    heads = {
+        h: dict(create_artifact(community, owner, h) for _ in range(count))
+        for h, count in ((open_h, 6), (joined, 4), (hidden, 5))
+    }
+    return locals()
+
+
+def synced(world: dict[str, Any], **kwargs: Any) -> Replica:
+    replica = Replica(world["community"], world["reader"].pubkey,
+                      view_changes="incremental", **kwargs)
+    replica.round(limit=3)
+    return replica
+
+
+def next_round(replica: Replica, limit: int = 100) -> list[Page]:
+    pages = replica.round(limit=limit)
+    assert replica.heads() == replica.fresh(), "the round left a wrong collection"
+    return pages
+
+
+def entries(pages: list[Page]) -> int:
+    return sum(len(page.events) + len(page.removed) for page in pages)
+
+
+def test_a_grant_costs_the_granted_channel_not_a_reset(world: dict[str, Any]) -> None:
+    replica = synced(world)
+    add_member(world["community"], world["hidden"], world["reader"])
+    pages = next_round(replica, limit=2)
+    assert not any(page.reset for page in pages)
+    assert not any(page.removed_channels for page in pages)
+    assert set(world["heads"][world["hidden"]]) <= set(replica.items)
+    # The catch-up brings the channel's 5 heads; nothing else of the collection comes again.
+    assert entries(pages) <= 2 * 5 + 2
+    quiet = next_round(replica)
+    assert entries(quiet) == 0 and not quiet[0].reset
+
+
+def test_without_opting_in_a_grant_resets(world: dict[str, Any]) -> None:
+    replica = Replica(world["community"], world["reader"].pubkey)
+    replica.round()
+    add_member(world["community"], world["hidden"], world["reader"])
+    pages = next_round(replica)
+    assert pages[0].reset and pages[0].reset_reason == "view"
+    assert entries(pages) == 15
+    # `view_changes: "reset"` says the same as leaving the key out.
+    explicit = Replica(world["community"], world["reader"].pubkey, view_changes="reset")
+    explicit.round()
+    write(world["community"], world["owner"], 9001, [["h", world["hidden"]],
+                                                     ["p", world["reader"].pubkey]])
+    assert next_round(explicit)[0].reset
+
+
+def test_a_removal_names_the_channel_and_the_client_drops_its_items(
+    world: dict[str, Any],
+) -> None:
+    community, reader, joined = world["community"], world["reader"], world["joined"]
+    replica = synced(world)
+    write(community, reader, 9001, [["h", joined], ["p", reader.pubkey]])
+    pages = next_round(replica)
+    assert not any(page.reset for page in pages)
+    assert pages[0].removed_channels == [joined]
+    assert not set(world["heads"][joined]) & set(replica.items)
+    assert all(page.removed == [] for page in pages)  # no artifact of it is named
+    # Rejoined: the catch-up brings them back.
+    add_member(community, joined, reader)
+    pages = next_round(replica)
+    assert not any(page.reset or page.removed_channels for page in pages)
+    assert set(world["heads"][joined]) <= set(replica.items)
+
+
+def test_removed_channels_are_never_channels_the_reader_could_not_read(
+    world: dict[str, Any],
+) -> None:
+    community, owner = world["community"], world["owner"]
+    replica = synced(world)
+    # Another reader's membership, then the hidden channel deleted: nothing of the reader's.
+    add_member(community, world["hidden"], make_key())
+    write(community, owner, 9008, [["h", world["hidden"]]])
+    pages = next_round(replica)
+    assert not any(page.reset or page.removed_channels for page in pages)
+    # Made private, the open channel leaves the reader's view (it is no member).
+    write(community, owner, 9002, [["h", world["open_h"]], ["private"]])
+    pages = next_round(replica)
+    assert [channel for page in pages for channel in page.removed_channels] == [world["open_h"]]
+    assert not any(page.reset for page in pages)
+
+
+def test_a_view_change_mid_round_joins_the_catch_up(world: dict[str, Any]) -> None:
+    community, owner, reader = world["community"], world["owner"], world["reader"]
+    replica = Replica(community, reader.pubkey, view_changes="incremental")
+    first = replica.page(limit=2)
+    assert first.reset and first.more
+    add_member(community, world["hidden"], reader)
+    # A move into the gained channel and one out of the channel about to be lost, mid-round.
+    d, head = next(iter(world["heads"][world["open_h"]].items()))
+    move_artifact(community, owner, d, world["hidden"], prev=head)
+    gone, gone_head = next(iter(world["heads"][world["joined"]].items()))
+    move_artifact(community, owner, gone, world["open_h"], prev=gone_head)
+    write(community, reader, 9001, [["h", world["joined"]], ["p", reader.pubkey]])
+    pages = replica.round(limit=2)
+    assert not any(page.reset for page in pages)
+    assert [c for page in pages for c in page.removed_channels] == [world["joined"]]
+    next_round(replica, limit=2)  # the moves were stamped after the first round's T
+    assert d in replica.items and gone in replica.items
+    assert not set(world["heads"][world["joined"]]) - {gone} & set(replica.items)
+
+
+def test_a_channel_deleted_during_the_catch_up(world: dict[str, Any]) -> None:
+    community, owner, reader = world["community"], world["owner"], world["reader"]
+    second = make_channel(community, owner=owner, visibility="private")
+    for _ in range(4):
+        create_artifact(community, owner, second)
+    replica = synced(world)
+    add_member(community, world["hidden"], reader)
+    add_member(community, second, reader)
+    first = replica.page(limit=2)
+    assert first.more and not first.reset
+    write(community, owner, 9008, [["h", world["hidden"]]])
+    pages = [first, *replica.round(limit=2)]
+    assert not any(page.reset for page in pages)
+    assert world["hidden"] in [c for page in pages for c in page.removed_channels]
+    next_round(replica, limit=2)
+    assert not set(world["heads"][world["hidden"]]) & set(replica.items)
+
+
+def test_an_update_during_the_catch_up_arrives_once_the_round_is_done(
+    world: dict[str, Any],
+) -> None:
+    community, owner, hidden = world["community"], world["owner"], world["hidden"]
+    replica = synced(world)
+    add_member(community, hidden, world["reader"])
+    replica.page(limit=1)
+    d, head = next(iter(world["heads"][hidden].items()))
+    new_head = update_artifact(community, owner, d, hidden, prev=head)
+    replica.round(limit=1)
+    next_round(replica, limit=1)
+    assert replica.heads()[d] == new_head
+
+
+def test_enablement_and_type_changes_still_reset(world: dict[str, Any]) -> None:
+    community = world["community"]
+    replica = synced(world)
+    community_update_policy(community_id=community.pk, artifact_types=["buzz.note"])
+    pages = next_round(replica)
+    assert pages[0].reset and pages[0].reset_reason == "view"
+    community_update_policy(community_id=community.pk, artifact_types=None)
+    assert next_round(replica)[0].reset
+    # A type change and a channel change in one: still a reset (the types differ).
+    community_update_policy(community_id=community.pk, artifacts_enabled=False)
+    add_member(community, world["hidden"], world["reader"])
+    assert next_round(replica)[0].reset
+
+
+def test_a_filtered_reader_only_hears_of_channels_within_its_filter(
+    world: dict[str, Any],
+) -> None:
+    community, owner, reader = world["community"], world["owner"], world["reader"]
+    replica = synced(world, channels=[world["joined"], world["hidden"]])
+    write(community, owner, 9002, [["h", world["open_h"]], ["private"]])  # outside the filter
+    add_member(community, world["hidden"], reader)
+    pages = next_round(replica)
+    assert not any(page.reset or page.removed_channels for page in pages)
+    assert set(replica.items) == set(world["heads"][world["joined"]]) | set(
+        world["heads"][world["hidden"]])
+
+
+def _token(replica: Replica) -> tuple[ProgressToken, bytes]:
+    query = parse_filter({**replica.filter, "progress": replica.token})
+    request = prepare_round(community_id=replica.community.pk, reader=replica.reader, query=query)
+    decoded = decode_progress(replica.token or "", binding=request.binding)
+    assert isinstance(decoded, ProgressToken)
+    return decoded, request.binding
+
+
+def test_a_token_without_the_views_channels_resets_on_a_change(world: dict[str, Any]) -> None:
+    replica = synced(world)
+    token, binding = _token(replica)
+    assert token.view_channels is not None and len(token.view_channels) == 2
+    assert len(replica.token or "") < 500
+    # A token that does not carry V (issued before tokens did): a change cannot be applied.
+    replica.token = encode_progress(replace(token, view_channels=None), binding=binding)
+    add_member(world["community"], world["hidden"], world["reader"])
+    assert next_round(replica)[0].reset
+
+
+def test_a_view_too_large_for_a_token_resets_on_a_change(world: dict[str, Any]) -> None:
+    community, owner = world["community"], world["owner"]
+    for _ in range(MAX_VIEW_CHANNELS):
+        make_channel(community, owner=owner)
+    replica = synced(world)
+    token, _binding = _token(replica)
+    assert token.view_channels is None
+    add_member(community, world["hidden"], world["reader"])
+    assert next_round(replica)[0].reset
+
+
+def test_the_largest_token_carried_stays_under_the_filters_limit(world: dict[str, Any]) -> None:
+    community, owner = world["community"], world["owner"]
+    for _ in range(MAX_VIEW_CHANNELS - 2):
+        make_channel(community, owner=owner, channel_id=str(uuid.uuid4()))
+    replica = synced(world)
+    token, _binding = _token(replica)
+    assert token.view_channels is not None and len(token.view_channels) == MAX_VIEW_CHANNELS
+    assert len(replica.token or "") <= 8192
