@@ -30,7 +30,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._harness import print_table, relay_env, services  # noqa: E402
-from bench.reads import PAGE_LIMIT, Seeded, change, done_token  # noqa: E402
+from bench.reads import (  # noqa: E402
+    PAGE_LIMIT,
+    Seeded,
+    age_recent_changes,
+    change,
+    done_token,
+)
 
 # A private channel of the seeded community the reader is no member of (i % 5 == 0, i % 10 != 0).
 GRANTED = "md5('ch5')::uuid"
@@ -64,14 +70,7 @@ def _synced_token(one: Seeded) -> str:
     from artifacts.selectors.filters import parse_filter
 
     with connection.cursor() as cursor:
-        for table in ("artifact_heads", "artifact_revisions"):
-            cursor.execute(
-                f"UPDATE {table} SET modified_at = now() - interval '2 days'"
-                " WHERE community_id = %s AND modified_at > now() - interval '1 day'",
-                [one.community_id],
-            )
-        cursor.execute("SELECT now()")
-        at = cursor.fetchone()[0]
+        at = age_recent_changes(cursor, one.community_id)
     query = parse_filter({"artifact": "current", "progress": None, "limit": PAGE_LIMIT})
     return done_token(one.community_id, one.reader, query, at)
 

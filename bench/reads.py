@@ -157,6 +157,19 @@ def seed(cursor: Any, community_id: int, n: int, reader: str) -> None:
     )
 
 
+def age_recent_changes(cursor: Any, community_id: int) -> Any:
+    """Send the community's changes of the last day back among the seeded stamps (two days
+    old), out of any round's overlap; returns the database's now() after it."""
+    for table in ("artifact_heads", "artifact_revisions"):
+        cursor.execute(
+            f"UPDATE {table} SET modified_at = now() - interval '2 days'"
+            " WHERE community_id = %s AND modified_at > now() - interval '1 day'",
+            [community_id],
+        )
+    cursor.execute("SELECT now()")
+    return cursor.fetchone()[0]
+
+
 def change(cursor: Any, community_id: int, n: int, k: int, rng: random.Random) -> None:
     """k head changes as a writer stamps them (a tenth of them moves)."""
     picks = rng.sample(range(1, n + 1), k)
@@ -317,14 +330,7 @@ def continuation(seeded: list[Seeded], k: int, runs: int) -> dict[int, dict[str,
         with connection.cursor() as cursor:
             # Changes of an earlier run (or of the k = 10 step) would fall in the overlap: send
             # them back among the seeded stamps, so the round sees exactly this step's k.
-            for table in ("artifact_heads", "artifact_revisions"):
-                cursor.execute(
-                    f"UPDATE {table} SET modified_at = now() - interval '2 days'"
-                    " WHERE community_id = %s AND modified_at > now() - interval '1 day'",
-                    [one.community_id],
-                )
-            cursor.execute("SELECT now()")
-            watermarks[one.n] = cursor.fetchone()[0]
+            watermarks[one.n] = age_recent_changes(cursor, one.community_id)
             change(cursor, one.community_id, one.n, k, random.Random(one.n + k))
         query = parse_filter({"artifact": "current", "progress": None, "limit": PAGE_LIMIT})
         tokens[one.n] = done_token(one.community_id, one.reader, query, watermarks[one.n])
