@@ -59,6 +59,9 @@ class Config:
     # Seconds a client has to send its whole request body (a slow body is answered 408).
     body_timeout_seconds: int = 10
     rate_limits: RateLimits = field(default_factory=lambda: RateLimits())
+    # Where `collectstatic` puts the staff pages' files and the server serves them from
+    # (buzzrelay.static_files); None: `.data/static` in the checkout.
+    static_root: str | None = None
 
 
 @dataclass(frozen=True)
@@ -213,6 +216,14 @@ def _rate_limits() -> RateLimits:
     )
 
 
+def _static_root(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    if not Path(raw).is_absolute():
+        raise ConfigError(f"STATIC_ROOT must be an absolute path (got {raw!r})")
+    return raw
+
+
 def read_config() -> Config:
     database_url = _env("DATABASE_URL")
     database = parse_database_url(database_url) if database_url else None
@@ -263,6 +274,7 @@ def read_config() -> Config:
         token_max_age_seconds=_int("ARTIFACT_SYNC_TOKEN_MAX_AGE", 30 * 86400, minimum=60),
         body_timeout_seconds=_int("RELAY_BODY_TIMEOUT_SECONDS", 10, minimum=1),
         rate_limits=_rate_limits(),
+        static_root=_static_root(_env("STATIC_ROOT")),
     )
 
 

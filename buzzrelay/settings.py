@@ -37,6 +37,8 @@ INSTALLED_APPS = [
     "channels",
     "artifacts",
     "relayinfo",
+    # No models: `manage.py` commands for every `buzz-admin` subcommand (buzzrelay/management).
+    "buzzrelay",
 ]
 
 MIDDLEWARE = [
@@ -235,8 +237,16 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
-STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".data" / "static"
+STATIC_URL = "/static/"
+# Collected by `buzz-admin serve` (and the quickstart, and the test suite) before serving, when
+# the relay's static files changed (buzzrelay.static_files); served by WhiteNoise's index.
+STATIC_ROOT = Path(CONFIG.static_root) if CONFIG.static_root else BASE_DIR / ".data" / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Hashed names (`base.<hash>.css`, cached for a year by browsers and proxies) from a manifest,
+    # plus gzip copies that WhiteNoise sends to clients that accept them.
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 SESSION_COOKIE_HTTPONLY = True
 
