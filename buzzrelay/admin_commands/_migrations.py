@@ -53,6 +53,7 @@ def apply_migrations(
     lock_retries: int = 3,
     django_options: Mapping[str, Any] | None = None,
     out: TextIO,
+    err: TextIO = sys.stderr,
 ) -> None:
     """Django's migrate (to a target when given); a lock-budget failure is retried.
 
@@ -67,7 +68,10 @@ def apply_migrations(
     options: dict[str, Any] = {"interactive": False, "verbosity": 1, **(django_options or {})}
     for attempt in range(lock_retries + 1):
         try:
-            call_command(DjangoMigrate(), *args, fake_initial=fake_initial, stdout=out, **options)
+            call_command(
+                DjangoMigrate(), *args, fake_initial=fake_initial, stdout=out, stderr=err,
+                **options,
+            )
             return
         except OperationalError as exc:
             if sqlstate(exc) not in RETRYABLE or attempt == lock_retries:
@@ -146,12 +150,12 @@ def _run_migrate(
                 if not _ledger_has(MIGRATION_0077):
                     apply_migrations(app_label=APP_LABEL, migration_name=MIGRATION_0077,
                                      fake_initial=fake_initial, lock_retries=lock_retries,
-                                     django_options=django_options, out=out)
+                                     django_options=django_options, out=out, err=err)
                 if not _print_builds(progress, out, "Building indexes concurrently:"):
                     return _builds_failed(err)
             apply_migrations(app_label=app_label, migration_name=migration_name,
                              fake_initial=fake_initial, lock_retries=lock_retries,
-                             django_options=django_options, out=out)
+                             django_options=django_options, out=out, err=err)
     except SchemaNotReady as exc:
         return _stopped(exc, out, err)
     except (DatabaseError, psycopg.Error) as exc:

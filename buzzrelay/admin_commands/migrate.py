@@ -7,7 +7,8 @@ on a populated table (the output names `build-indexes` and the exact SQL), 1 on 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from typing import Any, TextIO
 
 from buzzrelay.admin_commands._migrations import run_migrate
 
@@ -39,9 +40,12 @@ def add_runbook_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace, **django_options: Any) -> int:
+def run(
+    args: argparse.Namespace, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
+    **django_options: Any,
+) -> int:
     """`args` as `add_arguments` parses them; `django_options`: more of Django's migrate options
-    (`manage.py migrate` passes those it was given)."""
+    (`manage.py migrate` passes those it was given, and its own output streams)."""
     if args.build_indexes and args.app_label:
         parser_error = "--build-indexes runs the whole runbook: it takes no app or migration"
         raise SystemExit(f"buzz-admin migrate: {parser_error}")
@@ -52,4 +56,6 @@ def run(args: argparse.Namespace, **django_options: Any) -> int:
         fake_initial=args.fake_initial,
         lock_retries=max(0, args.lock_retries),
         django_options=django_options,
+        out=out,
+        err=err,
     )

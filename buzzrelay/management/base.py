@@ -22,6 +22,7 @@ from buzzrelay.cli import name_sessions, subcommands
 # BaseCommand's own options: not the subcommand's.
 DJANGO_OPTIONS = frozenset({
     "verbosity", "settings", "pythonpath", "traceback", "no_color", "force_color", "skip_checks",
+    "stdout", "stderr",
 })
 
 

@@ -36,6 +36,8 @@ class Command(django_migrate.Command):
             name: value for name, value in options.items()
             if name not in DJANGO_OPTIONS or name in ("verbosity", "skip_checks")
         }
-        code = migrate.run(runbook, **django_options)
+        # call_command(stdout=..., stderr=...) hands its streams over among the options: they
+        # are DJANGO_OPTIONS, left out above, and reach the runbook as self.stdout/self.stderr.
+        code = migrate.run(runbook, out=self.stdout, err=self.stderr, **django_options)
         if code:
             raise SystemExit(code)
