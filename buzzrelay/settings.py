@@ -166,8 +166,10 @@ RELAY_RATE_LIMIT_ADDRESS_RATE = CONFIG.rate_limits.address_rate
 RELAY_RATE_LIMIT_ADDRESS_BURST = CONFIG.rate_limits.address_burst
 RELAY_RATE_LIMIT_PUBKEY_RATE = CONFIG.rate_limits.pubkey_rate
 RELAY_RATE_LIMIT_PUBKEY_BURST = CONFIG.rate_limits.pubkey_burst
-RELAY_NAME = "Buzz relay"
-RELAY_DESCRIPTION = "Team workspace artifacts: tasks, notes and documents."
+# NIP-11 fields of the communities that leave theirs blank (RELAY_INFO_*; relayinfo/nip11.py).
+RELAY_INFO_DEFAULTS = CONFIG.relay_info
+RELAY_NAME = RELAY_INFO_DEFAULTS.name
+RELAY_DESCRIPTION = RELAY_INFO_DEFAULTS.description
 RELAY_SOFTWARE_URL = "https://github.com/block/buzz"
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = RELAY_MAX_BODY_BYTES

@@ -78,7 +78,7 @@ def django_connection_named(purpose: str) -> Iterator[None]:
 def _close_with_pool(connection: Any) -> None:
     from django.db import connections
 
-    wrapper = connections[connection.alias]  # `django.db.connection` is a proxy
+    wrapper: Any = connections[connection.alias]  # `django.db.connection` is a proxy
     wrapper.close()
     # Only a pool that exists: `close_pool()` asks `wrapper.pool`, which would build one.
     if wrapper.alias in getattr(type(wrapper), "_connection_pools", {}):

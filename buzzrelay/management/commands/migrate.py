@@ -11,7 +11,7 @@ test suite creates its database with this command, then runs as a relay).
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, TextIO, cast
 
 from django.core.management.base import CommandParser
 from django.core.management.commands import migrate as django_migrate
@@ -38,6 +38,7 @@ class Command(django_migrate.Command):
         }
         # call_command(stdout=..., stderr=...) hands its streams over among the options: they
         # are DJANGO_OPTIONS, left out above, and reach the runbook as self.stdout/self.stderr.
-        code = migrate.run(runbook, out=self.stdout, err=self.stderr, **django_options)
+        out, err = cast(TextIO, self.stdout), cast(TextIO, self.stderr)  # write() and flush()
+        code = migrate.run(runbook, out=out, err=err, **django_options)
         if code:
             raise SystemExit(code)
