@@ -33,6 +33,7 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 from artifacts.ws.routing import websocket_application  # noqa: E402
 from buzzrelay.body_limit import RequestBodyLimit  # noqa: E402
 from buzzrelay.edge.front_door import FrontDoor  # noqa: E402
+from buzzrelay.request_metrics import RequestMetrics  # noqa: E402
 from buzzrelay.static_files import StaticFiles  # noqa: E402
 from relayinfo.fleet import fleet_lifecycle  # noqa: E402
 
@@ -51,14 +52,17 @@ def build_application() -> Any:
 
     HTTP: the staff pages' static files first (WhiteNoise's index, buzzrelay.static_files), then
     the relay's HTTP stack (`relay_http`); the WebSocket at `/` to the sync consumer. Around
-    both, `fleet_lifecycle` registers the process in the fleet registry (readiness item 4) when
+    both, `RequestMetrics` times every request and counts the WebSockets (Prometheus), and
+    `fleet_lifecycle` registers the process in the fleet registry (readiness item 4) when
     the server starts it (ASGI lifespan) and deregisters it on shutdown.
     """
     return fleet_lifecycle(
-        ProtocolTypeRouter({
-            "http": StaticFiles(relay_http()),
-            "websocket": websocket_application,
-        })
+        RequestMetrics(
+            ProtocolTypeRouter({
+                "http": StaticFiles(relay_http()),
+                "websocket": websocket_application,
+            })
+        )
     )
 
 

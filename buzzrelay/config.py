@@ -63,6 +63,9 @@ class Config:
     # (buzzrelay.static_files); None: `.data/static` in the checkout.
     static_root: str | None = None
     relay_info: RelayInfoDefaults = field(default_factory=lambda: RelayInfoDefaults())
+    # Who may read /metrics: a bearer token, and/or client networks; neither set: loopback only.
+    metrics_token: str | None = None
+    metrics_networks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -208,6 +211,10 @@ def _public_url(raw: str | None) -> str | None:
 
 
 def _trusted_proxies(raw: str | None) -> tuple[str, ...]:
+    return _networks("RELAY_TRUSTED_PROXIES", raw)
+
+
+def _networks(name: str, raw: str | None) -> tuple[str, ...]:
     if raw is None:
         return ()
     networks = []
@@ -216,9 +223,16 @@ def _trusted_proxies(raw: str | None) -> tuple[str, ...]:
             networks.append(str(ip_network(item, strict=False)))
         except ValueError:
             raise ConfigError(
-                f"RELAY_TRUSTED_PROXIES must list IP addresses or networks (bad entry {item!r})"
+                f"{name} must list IP addresses or networks (bad entry {item!r})"
             ) from None
     return tuple(networks)
+
+
+def _metrics_token() -> str | None:
+    token = _secret("METRICS_TOKEN")
+    if token is not None and (len(token) < 16 or any(c.isspace() for c in token)):
+        raise ConfigError("METRICS_TOKEN must be at least 16 characters without spaces")
+    return token
 
 
 def _float(name: str, default: float, *, minimum: float) -> float:
@@ -330,6 +344,8 @@ def read_config() -> Config:
         rate_limits=_rate_limits(),
         static_root=_static_root(_env("STATIC_ROOT")),
         relay_info=_relay_info(),
+        metrics_token=_metrics_token(),
+        metrics_networks=_networks("METRICS_ALLOWED_NETWORKS", _env("METRICS_ALLOWED_NETWORKS")),
     )
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import FrameType
 
 from buzzrelay.embedded import EmbeddedPostgres, ensure_postgres
+from buzzrelay.server import metrics_directory
 from buzzrelay.static_files import StaticFilesError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,6 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     directory = data_dir()
     directory.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    # Before Django's set-up imports prometheus_client (buzzrelay/server.py).
+    with metrics_directory():
+        return _run(args, directory)
+
+
+def _run(args: argparse.Namespace, directory: Path) -> int:
     server: EmbeddedPostgres | None = None
     try:
         server = _prepare_environment(directory)

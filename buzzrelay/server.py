@@ -1,17 +1,52 @@
 """The relay's server: uvicorn running `buzzrelay.asgi:application` (`build_application()`).
 
 `buzz-admin serve` calls `run_server` after checking its environment, the quickstart calls it
-after starting its embedded PostgreSQL, and the test suite's relay servers are `buzz-admin serve`
-subprocesses: one set of server options, one application, the ASGI lifespan (fleet
-registration) on in all three. The static files are collected first when they changed.
+after starting its embedded PostgreSQL (both within `metrics_directory()`), and the test suite's
+relay servers are `buzz-admin serve` subprocesses: one set of server options, one application,
+the ASGI lifespan (fleet registration) on in all three. The static files are collected first
+when they changed.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TextIO
 
 APPLICATION = "buzzrelay.asgi:application"
+METRICS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+
+
+@contextmanager
+def metrics_directory() -> Iterator[Path]:
+    """PROMETHEUS_MULTIPROC_DIR for the server's processes, set before anything imports
+    prometheus_client (Django's set-up does): each worker writes its metrics there and a scrape
+    of any worker sums them (relayinfo.metrics).
+
+    The operator's directory when PROMETHEUS_MULTIPROC_DIR is set, emptied of an earlier run's
+    files first (their counts would be added again); else a new temporary one, removed when
+    the server stops.
+    """
+    configured = os.environ.get(METRICS_DIR_VARIABLE)
+    if configured:
+        directory = Path(configured)
+        directory.mkdir(parents=True, exist_ok=True)
+        for stale in directory.glob("*.db"):
+            stale.unlink()
+        yield directory
+        return
+    directory = Path(tempfile.mkdtemp(prefix="buzz-metrics-"))
+    os.environ[METRICS_DIR_VARIABLE] = str(directory)
+    try:
+        yield directory
+    finally:
+        os.environ.pop(METRICS_DIR_VARIABLE, None)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def uvicorn_options() -> dict[str, Any]:

@@ -166,6 +166,10 @@ RELAY_RATE_LIMIT_ADDRESS_RATE = CONFIG.rate_limits.address_rate
 RELAY_RATE_LIMIT_ADDRESS_BURST = CONFIG.rate_limits.address_burst
 RELAY_RATE_LIMIT_PUBKEY_RATE = CONFIG.rate_limits.pubkey_rate
 RELAY_RATE_LIMIT_PUBKEY_BURST = CONFIG.rate_limits.pubkey_burst
+# GET /metrics: a bearer token (METRICS_TOKEN) or a client in METRICS_ALLOWED_NETWORKS; with
+# neither configured, loopback clients only (relayinfo/views.py).
+RELAY_METRICS_TOKEN = CONFIG.metrics_token
+RELAY_METRICS_NETWORKS = CONFIG.metrics_networks
 # NIP-11 fields of the communities that leave theirs blank (RELAY_INFO_*; relayinfo/nip11.py).
 RELAY_INFO_DEFAULTS = CONFIG.relay_info
 RELAY_NAME = RELAY_INFO_DEFAULTS.name

@@ -39,12 +39,13 @@ def run(args: argparse.Namespace) -> int:
             "channel layer, and live events would not cross between workers",
             code=2,
         )
-    setup_django(None)
-    from buzzrelay.server import run_server
+    from buzzrelay.server import metrics_directory, run_server
     from buzzrelay.static_files import StaticFilesError
 
-    try:
-        run_server(host=args.host, port=args.port, workers=args.workers)
-    except StaticFilesError as exc:
-        fail(str(exc), code=2)
+    with metrics_directory():
+        setup_django(None)
+        try:
+            run_server(host=args.host, port=args.port, workers=args.workers)
+        except StaticFilesError as exc:
+            fail(str(exc), code=2)
     return 0
