@@ -41,6 +41,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
     multiprocess,
+    values,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 
@@ -99,7 +100,7 @@ def _multiprocess_dir() -> str | None:
     )
 
 
-if _multiprocess_dir():
+if _multiprocess_dir() and values.ValueClass._multiprocess:
     # A worker that exits leaves its live gauges (open WebSockets) behind otherwise.
     atexit.register(multiprocess.mark_process_dead, os.getpid())
 
@@ -430,7 +431,9 @@ def prometheus_exposition() -> tuple[bytes, str]:
     in multiprocess mode), each worker's process metrics, and the deployment's gauges."""
     registry = CollectorRegistry()
     directory = _multiprocess_dir()
-    if directory:
+    # The mode prometheus_client chose when it was imported (the directory may have been set
+    # later, e.g. by `manage.py serve` after Django's set-up: then this process counts in memory).
+    if directory and values.ValueClass._multiprocess:
         multiprocess.MultiProcessCollector(registry, path=directory)
         registry.register(WorkerProcessCollector(directory))
         body = generate_latest(registry)
