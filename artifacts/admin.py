@@ -18,7 +18,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from artifacts.models import Channel, ChannelMember, Community
+from artifacts.models import INFO_FIELDS, Channel, ChannelMember, Community
 from artifacts.services import channels as channel_services
 from artifacts.services.channels import MAX_NAME_CHARS
 from artifacts.services.communities import (
@@ -26,6 +26,7 @@ from artifacts.services.communities import (
     community_update_policy,
     normalize_admins,
     normalize_host,
+    normalize_info,
     normalize_types,
 )
 from artifacts.services.errors import Invalid
@@ -40,11 +41,15 @@ def _validated(check: Callable[[Any], Any], value: Any) -> Any:
         raise forms.ValidationError(exc.message) from None
 
 
+# What `community_update_policy` takes by name; the NIP-11 fields go to it as `info`.
+POLICY_FIELDS = ["name", "admin_pubkeys", "artifacts_enabled", "artifact_types",
+                 "open_channel_creation"]
+
+
 class CommunityForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = Community
-        fields = ["host", "name", "admin_pubkeys", "artifacts_enabled", "artifact_types",
-                  "open_channel_creation"]
+        fields = ["host", *POLICY_FIELDS, *INFO_FIELDS]
         help_texts = {
             "admin_pubkeys": "comma-separated hex pubkeys",
             "artifact_types": "comma-separated, e.g. buzz.task,buzz.note; empty allows every type",
@@ -59,6 +64,16 @@ class CommunityForm(forms.ModelForm):  # type: ignore[type-arg]
     def clean_artifact_types(self) -> list[str] | None:
         return _validated(normalize_types, self.cleaned_data["artifact_types"] or None)  # type: ignore[no-any-return]
 
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        for field_name in INFO_FIELDS:
+            if field_name in data:
+                try:
+                    data.update(normalize_info({field_name: data[field_name]}))
+                except Invalid as exc:
+                    self.add_error(field_name, exc.message)
+        return data
+
 
 @admin.register(Community)
 class CommunityAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -67,6 +82,15 @@ class CommunityAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                     "listing_version", "artifact_policy_modified_at"]
     search_fields = ["host", "name"]
     readonly_fields = ["listing_version", "created_at", "artifact_policy_modified_at"]
+    fieldsets = [
+        (None, {"fields": ["host", *POLICY_FIELDS, *readonly_fields]}),
+        ("Relay information (NIP-11)", {
+            "fields": list(INFO_FIELDS),
+            "description": "What NIP-11 tells clients of this host. A blank field takes the "
+            "deployment's default (RELAY_INFO_DESCRIPTION, RELAY_INFO_CONTACT, ...); one without "
+            "a default is left out of the document.",
+        }),
+    ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Community | None = None) -> Any:
         # The host is the community's identity (clients address it by host): fixed once made.
@@ -80,13 +104,14 @@ class CommunityAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 artifacts_enabled=data["artifacts_enabled"],
                 artifact_types=data["artifact_types"],
                 open_channel_creation=data["open_channel_creation"],
+                info={field: data[field] for field in INFO_FIELDS},
             )
             obj.pk = created.pk
             return
-        editable = ("name", *CommunityForm.Meta.fields[2:])
         community_update_policy(
             community_id=obj.pk,
-            **{field: data[field] for field in form.changed_data if field in editable},
+            **{field: data[field] for field in form.changed_data if field in POLICY_FIELDS},
+            info={field: data[field] for field in form.changed_data if field in INFO_FIELDS},
         )
         obj.refresh_from_db()
 

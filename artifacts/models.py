@@ -34,6 +34,30 @@ class Community(models.Model):
     listing_version = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(db_default=Now())
     artifact_policy_modified_at = models.DateTimeField(db_default=TransactionNow())
+    # NIP-11 relay information of this host (relayinfo/nip11.py, migration 0079). Blank or NULL:
+    # the deployment's default (settings.RELAY_INFO_DEFAULTS, from RELAY_INFO_*).
+    description = models.TextField(
+        blank=True, db_default="",
+        help_text="blank: the deployment's default, RELAY_INFO_DESCRIPTION",
+    )
+    contact = models.CharField(
+        max_length=500, blank=True, db_default="",
+        help_text="the admins' address: an email address or a mailto:/https: URI",
+    )
+    icon = models.CharField(max_length=500, blank=True, db_default="",
+                            help_text="URL of a square image")
+    banner = models.CharField(max_length=500, blank=True, db_default="",
+                              help_text="URL of a wide image")
+    terms_of_service = models.CharField(max_length=500, blank=True, db_default="",
+                                        help_text="URL")
+    privacy_policy = models.CharField(max_length=500, blank=True, db_default="", help_text="URL")
+    posting_policy = models.CharField(max_length=500, blank=True, db_default="", help_text="URL")
+    # Enforced on every event written to the community (artifacts.services.ingest).
+    max_content_length = models.IntegerField(
+        null=True, blank=True,
+        help_text="the most characters of an event's content (limitation.max_content_length); "
+        "empty: the deployment's RELAY_INFO_MAX_CONTENT_LENGTH",
+    )
 
     class Meta:
         db_table = "communities"
@@ -41,6 +65,30 @@ class Community(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.host})"
+
+    def relay_info(self) -> dict[str, str | int]:
+        """This community's NIP-11 fields: its own value, else the deployment's default; a field
+        neither sets is left out."""
+        from django.conf import settings
+
+        defaults = settings.RELAY_INFO_DEFAULTS
+        values: dict[str, str | int] = {}
+        for field_name in INFO_FIELDS:
+            own = getattr(self, field_name)
+            value = own if own not in ("", None) else getattr(defaults, field_name)
+            if value not in ("", None):
+                values[field_name] = value
+        return values
+
+    def content_limit(self) -> int | None:
+        """The most characters an event's content may have here (None: no limit of its own)."""
+        limit = self.relay_info().get("max_content_length")
+        return int(limit) if limit is not None else None
+
+
+# Community columns that are NIP-11 fields, in the document's order (name is the community's).
+INFO_FIELDS = ("description", "contact", "icon", "banner", "terms_of_service",
+               "privacy_policy", "posting_policy", "max_content_length")
 
 
 class Channel(models.Model):

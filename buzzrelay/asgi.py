@@ -1,5 +1,9 @@
 """ASGI entry: HTTP to Django (NIP-11 on `/` included), the WebSocket at `/` to the relay consumer.
 
+`build_application()` is the one factory of the relay's application, and `application` the one
+it built: `buzz-admin serve` runs it (buzzrelay/server.py), and through serve's code so do the
+quickstart and the test suite's relay servers. Only their environments differ.
+
 Nostr clients send any Origin or none, and authenticate with NIP-42, never cookies: so no
 origin validation and no session middleware on the WebSocket.
 """
@@ -29,6 +33,8 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 from artifacts.ws.routing import websocket_application  # noqa: E402
 from buzzrelay.body_limit import RequestBodyLimit  # noqa: E402
 from buzzrelay.edge.front_door import FrontDoor  # noqa: E402
+from buzzrelay.request_metrics import RequestMetrics  # noqa: E402
+from buzzrelay.static_files import StaticFiles  # noqa: E402
 from relayinfo.fleet import fleet_lifecycle  # noqa: E402
 
 
@@ -41,8 +47,23 @@ def relay_http(django_app: Any = django_application) -> Any:
     return RequestBodyLimit(FrontDoor(django_app) if settings.RELAY_FRONT_DOOR else django_app)
 
 
-# fleet_lifecycle registers this process in the fleet registry (readiness item 4) when the
-# server starts it and deregisters it on shutdown.
-application = fleet_lifecycle(
-    ProtocolTypeRouter({"http": relay_http(), "websocket": websocket_application})
-)
+def build_application() -> Any:
+    """The relay's ASGI application.
+
+    HTTP: the staff pages' static files first (WhiteNoise's index, buzzrelay.static_files), then
+    the relay's HTTP stack (`relay_http`); the WebSocket at `/` to the sync consumer. Around
+    both, `RequestMetrics` times every request and counts the WebSockets (Prometheus), and
+    `fleet_lifecycle` registers the process in the fleet registry (readiness item 4) when
+    the server starts it (ASGI lifespan) and deregisters it on shutdown.
+    """
+    return fleet_lifecycle(
+        RequestMetrics(
+            ProtocolTypeRouter({
+                "http": StaticFiles(relay_http()),
+                "websocket": websocket_application,
+            })
+        )
+    )
+
+
+application = build_application()

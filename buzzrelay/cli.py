@@ -2,7 +2,9 @@
 
 Each subcommand is a module of `buzzrelay.admin_commands` exposing `HELP`, `add_arguments(parser)`
 and `run(args) -> int`; this file only discovers them, reads the configuration and dispatches.
-Every subcommand takes the deployment from DATABASE_URL or `--database-url`.
+Every subcommand takes the deployment from DATABASE_URL or `--database-url`. `manage.py` has the
+same commands (buzzrelay/management/commands: the same modules' arguments and `run`), named as
+`management_command_name` says.
 """
 
 from __future__ import annotations
@@ -16,8 +18,18 @@ from types import ModuleType
 
 from buzzrelay import VERSION, admin_commands
 
+# `manage.py check` stays Django's system check framework (which reports the readiness items as
+# buzz.W001-W006 with `--database default`); buzz-admin's schema tables are `check_schema` there.
+MANAGE_PY_NAMES = {"check": "check_schema"}
 
-def _subcommands() -> dict[str, ModuleType]:
+
+def management_command_name(subcommand: str) -> str:
+    """The `manage.py` name of a `buzz-admin` subcommand (`bump-epoch`: `bump_epoch`)."""
+    return MANAGE_PY_NAMES.get(subcommand, subcommand.replace("-", "_"))
+
+
+def subcommands() -> dict[str, ModuleType]:
+    """Every `buzz-admin` subcommand by name, each the module that implements it."""
     found = {}
     for info in pkgutil.iter_modules(admin_commands.__path__):
         if not info.name.startswith("_"):
@@ -58,13 +70,20 @@ def setup_django(database_url: str | None, *, session_name: str | None = None) -
 
     django.setup()
     if session_name is not None:
-        from django.conf import settings
+        name_sessions(session_name)
 
-        # Connections open lazily, so naming them now covers every query of the command.
-        for database in settings.DATABASES.values():
-            options = database.setdefault("OPTIONS", {})
-            assert isinstance(options, dict)
-            options["application_name"] = session_name
+
+def name_sessions(session_name: str) -> None:
+    """Name every database session of this process `session_name` in pg_stat_activity.
+
+    Connections open lazily, so naming them before the command's first query covers all of them.
+    """
+    from django.conf import settings
+
+    for database in settings.DATABASES.values():
+        options = database.setdefault("OPTIONS", {})
+        assert isinstance(options, dict)
+        options["application_name"] = session_name
 
 
 def fail(message: str, *, code: int = 1) -> None:
@@ -73,7 +92,7 @@ def fail(message: str, *, code: int = 1) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    commands = _subcommands()
+    commands = subcommands()
     args = build_parser(commands).parse_args(argv)
     module = commands[args.command]
     if getattr(module, "SETUP_DJANGO", True):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cache
 from ipaddress import ip_network
 from pathlib import Path
@@ -72,6 +72,49 @@ class Config:
     # Seconds a client has to send its whole request body (a slow body is answered 408).
     body_timeout_seconds: int = 10
     rate_limits: RateLimits = field(default_factory=lambda: RateLimits())
+    # Where `collectstatic` puts the staff pages' files and the server serves them from
+    # (buzzrelay.static_files); None: `.data/static` in the checkout.
+    static_root: str | None = None
+    relay_info: RelayInfoDefaults = field(default_factory=lambda: RelayInfoDefaults())
+    # Who may read /metrics: a bearer token, and/or client networks; neither set: loopback only.
+    metrics_token: str | None = None
+    metrics_networks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RelayInfoDefaults:
+    """The NIP-11 fields of every community that leaves them blank (RELAY_INFO_<FIELD>): the
+    document names the community's own value, else this one, else leaves the field out."""
+
+    name: str = "Buzz relay"
+    description: str = "Team workspace artifacts: tasks, notes and documents."
+    contact: str | None = None
+    icon: str | None = None
+    banner: str | None = None
+    terms_of_service: str | None = None
+    privacy_policy: str | None = None
+    posting_policy: str | None = None
+    # limitation.max_content_length: the most characters an event's content may have.
+    max_content_length: int | None = None
+
+
+# NIP-11 fields that are URLs; `contact` may be any URI or an address, so it is only bounded.
+INFO_URL_FIELDS = ("icon", "banner", "terms_of_service", "privacy_policy", "posting_policy")
+INFO_MAX_CHARS = 500
+
+
+def info_value_problem(field_name: str, value: str) -> str | None:
+    """Why `value` cannot be the NIP-11 `field_name` (None: it can). One rule for the
+    environment's defaults, `buzz-admin community` and the admin."""
+    if field_name == "description":
+        return None
+    if len(value) > INFO_MAX_CHARS:
+        return f"must be at most {INFO_MAX_CHARS} characters"
+    if field_name in INFO_URL_FIELDS:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname or " " in value:
+            return "must be an http:// or https:// URL"
+    return None
 
 
 @dataclass(frozen=True)
@@ -181,6 +224,10 @@ def _public_url(raw: str | None) -> str | None:
 
 
 def _trusted_proxies(raw: str | None) -> tuple[str, ...]:
+    return _networks("RELAY_TRUSTED_PROXIES", raw)
+
+
+def _networks(name: str, raw: str | None) -> tuple[str, ...]:
     if raw is None:
         return ()
     networks = []
@@ -189,9 +236,16 @@ def _trusted_proxies(raw: str | None) -> tuple[str, ...]:
             networks.append(str(ip_network(item, strict=False)))
         except ValueError:
             raise ConfigError(
-                f"RELAY_TRUSTED_PROXIES must list IP addresses or networks (bad entry {item!r})"
+                f"{name} must list IP addresses or networks (bad entry {item!r})"
             ) from None
     return tuple(networks)
+
+
+def _metrics_token() -> str | None:
+    token = _secret("METRICS_TOKEN")
+    if token is not None and (len(token) < 16 or any(c.isspace() for c in token)):
+        raise ConfigError("METRICS_TOKEN must be at least 16 characters without spaces")
+    return token
 
 
 def _float(name: str, default: float, *, minimum: float) -> float:
@@ -224,6 +278,31 @@ def _rate_limits() -> RateLimits:
         pubkey_rate=_float("RELAY_RATE_LIMIT_PUBKEY_RATE", default.pubkey_rate, minimum=0),
         pubkey_burst=_burst("RELAY_RATE_LIMIT_PUBKEY_BURST", default.pubkey_burst),
     )
+
+
+def _relay_info() -> RelayInfoDefaults:
+    values: dict[str, str | int] = {}
+    for info_field in fields(RelayInfoDefaults):
+        name = f"RELAY_INFO_{info_field.name.upper()}"
+        raw = _env(name)
+        if raw is None:
+            continue
+        if info_field.name == "max_content_length":
+            values[info_field.name] = _int(name, 0, minimum=1, unit="characters")
+            continue
+        problem = info_value_problem(info_field.name, raw.strip())
+        if problem:
+            raise ConfigError(f"{name} {problem} (got {raw!r})")
+        values[info_field.name] = raw.strip()
+    return RelayInfoDefaults(**values)  # type: ignore[arg-type]
+
+
+def _static_root(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    if not Path(raw).is_absolute():
+        raise ConfigError(f"STATIC_ROOT must be an absolute path (got {raw!r})")
+    return raw
 
 
 def read_config() -> Config:
@@ -276,6 +355,10 @@ def read_config() -> Config:
         token_max_age_seconds=_int("ARTIFACT_SYNC_TOKEN_MAX_AGE", 30 * 86400, minimum=60),
         body_timeout_seconds=_int("RELAY_BODY_TIMEOUT_SECONDS", 10, minimum=1),
         rate_limits=_rate_limits(),
+        static_root=_static_root(_env("STATIC_ROOT")),
+        relay_info=_relay_info(),
+        metrics_token=_metrics_token(),
+        metrics_networks=_networks("METRICS_ALLOWED_NETWORKS", _env("METRICS_ALLOWED_NETWORKS")),
     )
 
 

@@ -6,7 +6,8 @@ restarts; with REDIS_URL unset the settings use an in-process cache and channel 
 the migrations and builds the indexes (`buzz-admin migrate --build-indexes`), creates a demo
 community for each host it serves and a staff user for the Django admin, prints the URL, the
 relay pubkey and the staff login, then serves until Ctrl-C or SIGTERM, and stops the embedded
-PostgreSQL it started.
+PostgreSQL it started. It serves exactly what `buzz-admin serve` serves (buzzrelay/server.py: the
+same application, lifespan and fleet registration, static files): only the defaults differ.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from buzzrelay.embedded import EmbeddedPostgres, ensure_postgres
+from buzzrelay.server import metrics_directory
+from buzzrelay.static_files import StaticFilesError
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
@@ -121,32 +123,11 @@ def _staff_login(directory: Path) -> tuple[str, Path]:
     return password, path
 
 
-def _application() -> Any:
-    """The relay's ASGI application, plus the Django admin's static files: the quickstart runs
-    without DEBUG and without a web server in front, and the staff login should look right."""
-    from channels.routing import ProtocolTypeRouter
-    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-
-    from buzzrelay import asgi
-
-    return ProtocolTypeRouter({
-        "http": asgi.relay_http(ASGIStaticFilesHandler(asgi.django_application)),
-        "websocket": asgi.websocket_application,
-    })
-
-
 def _serve(args: argparse.Namespace) -> None:
-    import uvicorn
+    """`buzz-admin serve`'s server and application, on the quickstart's defaults."""
+    from buzzrelay.server import run_server
 
-    uvicorn.run(
-        _application(),
-        host=args.listen,
-        port=args.port,
-        lifespan="off",
-        log_level="warning",
-        ws_max_size=131072,
-        timeout_graceful_shutdown=5,
-    )
+    run_server(host=args.listen, port=args.port, workers=1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,6 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     directory = data_dir()
     directory.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    # Before Django's set-up imports prometheus_client (buzzrelay/server.py).
+    with metrics_directory():
+        return _run(args, directory)
+
+
+def _run(args: argparse.Namespace, directory: Path) -> int:
     server: EmbeddedPostgres | None = None
     try:
         server = _prepare_environment(directory)
@@ -183,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         _serve(args)
     except (KeyboardInterrupt, Stopped):
         pass
+    except StaticFilesError as exc:
+        sys.stderr.write(f"quickstart: {exc}\n")
+        return 2
     finally:
         if server is not None:
             print("Stopping the embedded PostgreSQL ...", flush=True)

@@ -37,6 +37,8 @@ INSTALLED_APPS = [
     "channels",
     "artifacts",
     "relayinfo",
+    # No models: `manage.py` commands for every `buzz-admin` subcommand (buzzrelay/management).
+    "buzzrelay",
 ]
 
 MIDDLEWARE = [
@@ -159,8 +161,14 @@ RELAY_RATE_LIMIT_ADDRESS_RATE = CONFIG.rate_limits.address_rate
 RELAY_RATE_LIMIT_ADDRESS_BURST = CONFIG.rate_limits.address_burst
 RELAY_RATE_LIMIT_PUBKEY_RATE = CONFIG.rate_limits.pubkey_rate
 RELAY_RATE_LIMIT_PUBKEY_BURST = CONFIG.rate_limits.pubkey_burst
-RELAY_NAME = "Buzz relay"
-RELAY_DESCRIPTION = "Team workspace artifacts: tasks, notes and documents."
+# GET /metrics: a bearer token (METRICS_TOKEN) or a client in METRICS_ALLOWED_NETWORKS; with
+# neither configured, loopback clients only (relayinfo/views.py).
+RELAY_METRICS_TOKEN = CONFIG.metrics_token
+RELAY_METRICS_NETWORKS = CONFIG.metrics_networks
+# NIP-11 fields of the communities that leave theirs blank (RELAY_INFO_*; relayinfo/nip11.py).
+RELAY_INFO_DEFAULTS = CONFIG.relay_info
+RELAY_NAME = RELAY_INFO_DEFAULTS.name
+RELAY_DESCRIPTION = RELAY_INFO_DEFAULTS.description
 RELAY_SOFTWARE_URL = "https://github.com/block/buzz"
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = RELAY_MAX_BODY_BYTES
@@ -230,8 +238,16 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
-STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".data" / "static"
+STATIC_URL = "/static/"
+# Collected by `buzz-admin serve` (and the quickstart, and the test suite) before serving, when
+# the relay's static files changed (buzzrelay.static_files); served by WhiteNoise's index.
+STATIC_ROOT = Path(CONFIG.static_root) if CONFIG.static_root else BASE_DIR / ".data" / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Hashed names (`base.<hash>.css`, cached for a year by browsers and proxies) from a manifest,
+    # plus gzip copies that WhiteNoise sends to clients that accept them.
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 SESSION_COOKIE_HTTPONLY = True
 

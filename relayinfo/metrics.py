@@ -1,23 +1,49 @@
-"""Round metrics for operators: pages, resets, rounds, rows per page, fence lag.
+"""Metrics for operators: Prometheus at /metrics, and per-minute round traffic for the staff page.
 
-`record_round()` runs on every incremental page, so it only bumps in-process counters under a
-lock. Every few seconds (and whenever a page lands in a new minute) the pending counts are added
-to per-minute buckets in the shared cache (Redis when configured), so the staff page and
-/metrics see the whole fleet. Counters use atomic increments; a bucket's maxima are read-modify-
-write and may lose a concurrent update from another process, which is fine for a gauge of the
-worst case. When the cache is down the counts of that flush are dropped, never the page.
+Prometheus (prometheus_client): counters and histograms of this process, in multiprocess mode
+under `buzz-admin serve` (buzzrelay/server.py sets PROMETHEUS_MULTIPROC_DIR before any worker
+starts), so a scrape answered by any worker reports the sum over all of them and counters only
+grow; rates are the scraper's (`rate()`), not computed here. `prometheus_exposition()` adds the
+deployment's gauges (readiness, fleet, sync epoch: read from the database at scrape time) and
+each worker's standard `process_*` metrics (labelled `pid`).
+
+Round traffic for the staff page: `record_round()` runs on every incremental page, so it only
+bumps in-process counts under a lock. Every few seconds (and whenever a page lands in a new
+minute) the pending counts are added to per-minute buckets in the shared cache (Redis when
+configured), so the staff page sees the whole fleet. Counters use atomic increments; a bucket's
+maxima are read-modify-write and may lose a concurrent update from another process, which is
+fine for a gauge of the worst case. When the cache is down the counts of that flush are dropped,
+never the page.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import re
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from django.core.cache import cache
+from prometheus_client import (
+    CONTENT_TYPE_PLAIN_0_0_4,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+    multiprocess,
+    values,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from artifacts.selectors.sync_epoch import current_sync_state
 from artifacts.services.stamp_lag import stamp_lag_summary
@@ -34,8 +60,49 @@ KEY_PREFIX = "buzz:metrics:v1"
 # Counters summed across processes; rows and fence lag are kept in integer microseconds or rows.
 COUNTERS = ("pages", "resets", "rounds", "rows", "fence_sum_us")
 MAXIMA = ("rows_max", "fence_max_us")
-# Histogram bounds (milliseconds) of the process's fence lag, for Prometheus.
+# Histogram bounds (milliseconds) of the fence lag, for Prometheus (in seconds there).
 FENCE_BUCKETS_MS = (1, 5, 10, 50, 100, 500, 1000, 5000, 10000, 30000, 60000, 120000)
+MULTIPROC_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+
+PAGES = Counter("buzz_incremental_pages", "Incremental pages served")
+RESETS = Counter("buzz_incremental_resets", "Incremental pages that started a full round")
+ROUNDS = Counter("buzz_incremental_rounds", "Incremental rounds finished (more: false)")
+ROWS = Counter("buzz_incremental_rows", "Events plus removals served on incremental pages")
+PAGE_ROWS = Histogram(
+    "buzz_incremental_page_rows", "Events plus removals per incremental page",
+    buckets=(0, 1, 5, 10, 50, 100, 250, 500, 1000),
+)
+FENCE_LAG = Histogram(
+    "buzz_fence_lag_seconds", "How far a round's T lags the database's now() (open transactions)",
+    buckets=tuple(bound / 1000 for bound in FENCE_BUCKETS_MS),
+)
+FRONT_DOOR_REQUESTS = Counter(
+    "buzz_front_door_requests", "API requests served on the event loop by the front door"
+)
+NIP98_CHECKS = Counter("buzz_nip98_checks", "NIP-98 headers checked, signature included")
+HTTP_REQUEST_DURATION = Histogram(
+    "buzz_http_request_duration_seconds",
+    "HTTP requests from the first byte received to the last byte sent, by endpoint and status",
+    ["endpoint", "status"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+WEBSOCKET_CONNECTIONS = Gauge(
+    "buzz_websocket_connections", "Open WebSocket connections", multiprocess_mode="livesum"
+)
+WEBSOCKET_CONNECTIONS_OPENED = Counter(
+    "buzz_websocket_connections_opened", "WebSocket connections accepted or refused"
+)
+
+
+def _multiprocess_dir() -> str | None:
+    return os.environ.get(MULTIPROC_DIR_VARIABLE) or os.environ.get(
+        MULTIPROC_DIR_VARIABLE.lower()
+    )
+
+
+if _multiprocess_dir() and values.ValueClass._multiprocess:
+    # A worker that exits leaves its live gauges (open WebSockets) behind otherwise.
+    atexit.register(multiprocess.mark_process_dead, os.getpid())
 
 
 @dataclass
@@ -49,26 +116,8 @@ class _Minute:
     fence_max_us: int = 0
 
 
-@dataclass
-class _Totals:
-    """Monotonic counters of this process since it started (Prometheus counters)."""
-
-    pages: int = 0
-    resets: int = 0
-    rounds: int = 0
-    rows: int = 0
-    fence_sum_ms: float = 0.0
-    fence_buckets: list[int] = field(default_factory=lambda: [0] * len(FENCE_BUCKETS_MS))
-    # NIP-98 headers checked (each may cost a BIP-340 verification): requests refused by the
-    # address limit never get here (PROTOCOL.md section 3).
-    nip98_checks: int = 0
-    # Requests the front door served (buzzrelay.edge.front_door), the rest being Django's.
-    front_door_requests: int = 0
-
-
 _lock = threading.Lock()
 _pending: dict[int, _Minute] = {}
-_totals = _Totals()
 _last_flush = 0.0
 _down_until = 0.0
 
@@ -98,36 +147,38 @@ def record_round(
         bucket.rows_max = max(bucket.rows_max, rows)
         bucket.fence_sum_us += fence_us
         bucket.fence_max_us = max(bucket.fence_max_us, fence_us)
-        _totals.pages += 1
-        _totals.rows += rows
-        _totals.fence_sum_ms += fence_lag_ms
-        for index, bound in enumerate(FENCE_BUCKETS_MS):
-            if fence_lag_ms <= bound:
-                _totals.fence_buckets[index] += 1
         if reset:
             bucket.resets += 1
-            _totals.resets += 1
         if more is False:
             bucket.rounds += 1
-            _totals.rounds += 1
         due = (now - _last_flush >= FLUSH_SECONDS or len(_pending) > 1) and now >= _down_until
         if due and not flush:
             # Claimed by this caller: others do not also schedule one before it runs.
             _last_flush = now
+    PAGES.inc()
+    ROWS.inc(rows)
+    PAGE_ROWS.observe(rows)
+    FENCE_LAG.observe(max(0.0, fence_lag_ms) / 1000)
+    if reset:
+        RESETS.inc()
+    if more is False:
+        ROUNDS.inc()
     if due and flush:
         flush_metrics()
     return due
 
 
 def record_front_door_request() -> None:
-    with _lock:
-        _totals.front_door_requests += 1
+    FRONT_DOOR_REQUESTS.inc()
 
 
 def record_nip98_check() -> None:
     """Count one NIP-98 header about to be checked (signature included)."""
-    with _lock:
-        _totals.nip98_checks += 1
+    NIP98_CHECKS.inc()
+
+
+def record_http_request(*, endpoint: str, status: int, seconds: float) -> None:
+    HTTP_REQUEST_DURATION.labels(endpoint, str(status)).observe(seconds)
 
 
 def flush_metrics() -> None:
@@ -278,24 +329,24 @@ def round_traffic(*, minutes: int = 60) -> RoundTraffic:
 
 @dataclass(frozen=True)
 class ProcessTotals:
+    """This process's counters (the test suite reads them; Prometheus reads the metrics)."""
+
     pages: int
     resets: int
     rounds: int
     rows: int
-    fence_sum_ms: float
-    fence_buckets: tuple[tuple[float, int], ...]  # (upper bound ms, cumulative count)
     nip98_checks: int = 0
     front_door_requests: int = 0
 
 
 def process_totals() -> ProcessTotals:
-    with _lock:
-        # record_round counts each page in every bucket whose bound it fits: already cumulative.
-        buckets = tuple(zip(map(float, FENCE_BUCKETS_MS), _totals.fence_buckets, strict=True))
-        return ProcessTotals(
-            _totals.pages, _totals.resets, _totals.rounds, _totals.rows, _totals.fence_sum_ms,
-            buckets, _totals.nip98_checks, _totals.front_door_requests,
-        )
+    def value(counter: Counter) -> int:
+        return int(counter._value.get())
+
+    return ProcessTotals(
+        value(PAGES), value(RESETS), value(ROUNDS), value(ROWS), value(NIP98_CHECKS),
+        value(FRONT_DOOR_REQUESTS),
+    )
 
 
 def stamp_lag(window_seconds: int = 3600) -> dict[str, float | int | None] | None:
@@ -307,75 +358,90 @@ def stamp_lag(window_seconds: int = 3600) -> dict[str, float | int | None] | Non
         return None
 
 
-def _line(out: list[str], name: str, value: float | int | None, labels: str = "") -> None:
-    if value is not None:
-        out.append(f"{name}{{{labels}}} {value}" if labels else f"{name} {value}")
+class DeploymentCollector:
+    """The deployment's state at scrape time (the database's, the same from every worker):
+    readiness per item, the fleet, the sync epoch."""
+
+    def collect(self) -> Iterator[Metric]:
+        report = evaluate_readiness()
+        ready = GaugeMetricFamily("buzz_deployment_ready", "1 while PROTOCOL.md section 7 holds")
+        ready.add_metric([], int(report.ready))
+        yield ready
+        checks = GaugeMetricFamily(
+            "buzz_readiness_check", "1 per passing readiness item", labels=["item", "check"]
+        )
+        for check in report.checks:
+            checks.add_metric([str(check.item), check.id], int(check.passed))
+        yield checks
+        if report.fleet is not None:
+            live = GaugeMetricFamily("buzz_fleet_live_instances",
+                                     "Registered relay instances seen recently")
+            live.add_metric([], len(report.fleet.live_instances))
+            yield live
+            connections = GaugeMetricFamily("buzz_fleet_relay_connections",
+                                            "Database connections named buzzrelay/...")
+            connections.add_metric([], len(report.fleet.connections))
+            yield connections
+        try:
+            epoch, _identity = current_sync_state()
+        except Exception:
+            return
+        family = GaugeMetricFamily("buzz_sync_epoch", "The database's sync epoch")
+        family.add_metric([], epoch)
+        yield family
 
 
-def _help(out: list[str], name: str, kind: str, text: str) -> None:
-    out.append(f"# HELP {name} {text}")
-    out.append(f"# TYPE {name} {kind}")
+_WORKER_FILE = re.compile(r"^[a-z_]+?_(\d+)\.db$")
 
 
-def prometheus_exposition() -> str:
-    """Prometheus text format: this process's counters, and the deployment's shared gauges."""
-    out: list[str] = []
-    report = evaluate_readiness()
-    _help(out, "buzz_deployment_ready", "gauge", "1 while PROTOCOL.md section 7 holds")
-    _line(out, "buzz_deployment_ready", int(report.ready))
-    _help(out, "buzz_readiness_check", "gauge", "1 per passing readiness item")
-    for check in report.checks:
-        _line(out, "buzz_readiness_check", int(check.passed),
-              f'item="{check.item}",check="{check.id}"')
-    if report.fleet is not None:
-        _help(out, "buzz_fleet_live_instances", "gauge", "registered instances seen recently")
-        _line(out, "buzz_fleet_live_instances", len(report.fleet.live_instances))
-        _help(out, "buzz_fleet_relay_connections", "gauge", "buzzrelay/ database connections")
-        _line(out, "buzz_fleet_relay_connections", len(report.fleet.connections))
-    try:
-        epoch, _identity = current_sync_state()
-    except Exception:
-        epoch = None
-    _help(out, "buzz_sync_epoch", "gauge", "the database's sync epoch")
-    _line(out, "buzz_sync_epoch", epoch)
+class WorkerProcessCollector:
+    """The standard `process_*` metrics (CPU, memory, open files, start time) of every worker
+    whose files are in the multiprocess directory and that is still running, labelled `pid`:
+    prometheus_client's own process collector sees only the worker answering the scrape."""
 
-    totals = process_totals()
-    for name, value, text in (
-        ("buzz_incremental_pages_total", totals.pages, "incremental pages served"),
-        ("buzz_incremental_resets_total", totals.resets, "pages that started a full round"),
-        ("buzz_incremental_rounds_total", totals.rounds, "rounds finished (more: false)"),
-        ("buzz_incremental_rows_total", totals.rows, "events plus removals served"),
-    ):
-        _help(out, name, "counter", f"{text} by this process")
-        _line(out, name, value)
-    _help(out, "buzz_front_door_requests_total", "counter",
-          "API requests served on the event loop by the front door (this process)")
-    _line(out, "buzz_front_door_requests_total", totals.front_door_requests)
-    _help(out, "buzz_nip98_checks_total", "counter",
-          "NIP-98 headers checked, signature included (this process)")
-    _line(out, "buzz_nip98_checks_total", totals.nip98_checks)
-    _help(out, "buzz_fence_lag_milliseconds", "histogram", "round T behind now() (this process)")
-    for bound, count in totals.fence_buckets:
-        _line(out, "buzz_fence_lag_milliseconds_bucket", count, f'le="{bound:g}"')
-    _line(out, "buzz_fence_lag_milliseconds_bucket", totals.pages, 'le="+Inf"')
-    _line(out, "buzz_fence_lag_milliseconds_sum", round(totals.fence_sum_ms, 3))
-    _line(out, "buzz_fence_lag_milliseconds_count", totals.pages)
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory)
 
-    traffic = round_traffic(minutes=60)
-    gauges: tuple[tuple[str, float | None, str], ...] = (
-        ("buzz_fleet_pages_per_minute", traffic.pages_per_minute, "incremental pages"),
-        ("buzz_fleet_rounds_per_minute", traffic.rounds_per_minute, "finished rounds"),
-        ("buzz_fleet_resets_per_minute", traffic.resets_per_minute, "full-round starts"),
-        ("buzz_fleet_rows_per_page", traffic.rows_per_page, "rows per page"),
-        ("buzz_fleet_fence_lag_max_milliseconds", traffic.fence_max_ms, "worst fence lag"),
-    )
-    for name, gauge, text in gauges:
-        _help(out, name, "gauge", f"{text}, whole fleet, last hour")
-        _line(out, name, None if gauge is None else round(gauge, 3))
-    lag = stamp_lag()
-    if lag is not None:
-        _help(out, "buzz_stamp_lag_milliseconds", "gauge", "stamp-to-commit lag, last hour")
-        _line(out, "buzz_stamp_lag_milliseconds", lag.get("max_ms"), 'stat="max"')
-        _line(out, "buzz_stamp_lag_milliseconds", lag.get("p99_ms"), 'stat="p99"')
-        _line(out, "buzz_stamp_lag_samples", lag.get("samples"))
-    return "\n".join(out) + "\n"
+    def collect(self) -> Iterator[Metric]:
+        pids = sorted({
+            int(match[1]) for path in self.directory.glob("*.db")
+            if (match := _WORKER_FILE.match(path.name))
+        })
+        merged: dict[str, Metric] = {}
+        for pid in pids:
+            if not Path(f"/proc/{pid}").exists():
+                continue
+            collector = ProcessCollector(pid=_pid_of(pid), registry=None)
+            for family in collector.collect():
+                target = merged.setdefault(
+                    family.name, Metric(family.name, family.documentation, family.type)
+                )
+                for sample in family.samples:
+                    target.add_sample(sample.name, {**sample.labels, "pid": str(pid)},
+                                      sample.value)
+        yield from merged.values()
+
+
+def _pid_of(pid: int) -> Callable[[], int]:
+    return lambda: pid
+
+
+def prometheus_exposition() -> tuple[bytes, str]:
+    """The /metrics answer and its content type: every worker's counters and histograms (summed
+    in multiprocess mode), each worker's process metrics, and the deployment's gauges."""
+    registry = CollectorRegistry()
+    directory = _multiprocess_dir()
+    # The mode prometheus_client chose when it was imported (the directory may have been set
+    # later, e.g. by `manage.py serve` after Django's set-up: then this process counts in memory).
+    if directory and values.ValueClass._multiprocess:
+        multiprocess.MultiProcessCollector(registry, path=directory)
+        registry.register(WorkerProcessCollector(directory))
+        body = generate_latest(registry)
+    else:
+        # One process (tests, manage.py): the default registry has its metrics and process_*.
+        body = generate_latest(REGISTRY)
+    deployment = CollectorRegistry()
+    deployment.register(DeploymentCollector())
+    # The classic text format (version 0.0.4), which every Prometheus reads: the names here
+    # need none of 1.0.0's escaping.
+    return body + generate_latest(deployment), CONTENT_TYPE_PLAIN_0_0_4

@@ -3,7 +3,10 @@
 Its media type is chosen by `buzzrelay.edge.renderers.Nip11Negotiation`.
 
 Every `limitation` value comes from the setting its enforcing code reads (buzzrelay/settings.py),
-so the document never announces a limit the relay does not hold to.
+so the document never announces a limit the relay does not hold to; `max_content_length` is the
+community's (`Community.content_limit()`, which ingest enforces). The descriptive fields (name,
+description, contact, icon, banner, terms_of_service, privacy_policy, posting_policy) are the
+community's own, else the deployment's RELAY_INFO_* defaults; one neither sets is left out.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from nostr.kinds import SYNC_KINDS
 SUPPORTED_NIPS = (1, 11, 42, 98)
 
 
-def limitation() -> dict[str, Any]:
+def limitation(community: Community) -> dict[str, Any]:
     events = settings.RELAY_EVENT_LIMITS
+    content_limit = community.content_limit()  # enforced by artifacts.services.ingest
     return {
+        **({"max_content_length": content_limit} if content_limit is not None else {}),
         "max_message_length": settings.RELAY_MAX_MESSAGE_LENGTH,
         "max_subscriptions": settings.RELAY_MAX_SUBSCRIPTIONS,
         "max_limit": settings.RELAY_MAX_LIMIT,
@@ -52,9 +57,11 @@ def relay_information(*, community: Community, ready: bool) -> dict[str, Any]:
     if settings.RELAY_WEBSOCKET_SYNC:
         extensions.append("artifacts.sync")
         artifacts["sync"] = {"endpoint": "/", "kinds": list(SYNC_KINDS)}
+    info = community.relay_info()  # the community's own fields, else the environment's
+    info.pop("max_content_length", None)  # a limitation, below
     return {
         "name": community.name or settings.RELAY_NAME,
-        "description": settings.RELAY_DESCRIPTION,
+        **info,
         "pubkey": settings.RELAY_PUBKEY,
         "self": settings.RELAY_PUBKEY,
         "software": settings.RELAY_SOFTWARE_URL,
@@ -62,5 +69,5 @@ def relay_information(*, community: Community, ready: bool) -> dict[str, Any]:
         "supported_nips": list(SUPPORTED_NIPS),
         "supported_extensions": extensions,
         "artifacts": artifacts,
-        "limitation": limitation(),
+        "limitation": limitation(community),
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hmac
+from ipaddress import ip_address, ip_network
 from typing import Any
 
 from django.conf import settings
@@ -26,7 +28,13 @@ from buzzrelay.edge.openapi import (
 )
 from buzzrelay.edge.renderers import NOSTR_JSON, Nip11Negotiation, NostrJSONRenderer
 from buzzrelay.edge.views import RelayAPIView
-from buzzrelay.http import json_error, json_response, public_netloc, public_scheme
+from buzzrelay.http import (
+    client_address,
+    json_error,
+    json_response,
+    public_netloc,
+    public_scheme,
+)
 from relayinfo.metrics import prometheus_exposition
 from relayinfo.nip11 import relay_information
 from relayinfo.readiness import cached_readiness, deployment_ready
@@ -111,17 +119,52 @@ async def _deployment_ready() -> bool:
     auth=[],
     responses={
         200: Answer(
-            "Readiness, sync epoch, fleet, rounds, resets, lags.", {"type": "string"},
-            media_type="text/plain",
+            "Prometheus text: HTTP, WebSocket, rounds, lags, process; readiness, fleet, epoch.",
+            {"type": "string"}, media_type="text/plain",
         ),
+        401: error_answer("METRICS_TOKEN is set and the bearer token is missing or wrong.",
+                          "unauthorized"),
+        403: error_answer("The client is outside METRICS_ALLOWED_NETWORKS (default: loopback).",
+                          "forbidden"),
         **COMMON_ERRORS,
     },
 )
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text exposition: readiness, sync epoch, fleet, round traffic, lags."""
-    return HttpResponse(
-        prometheus_exposition(), content_type="text/plain; version=0.0.4; charset=utf-8"
-    )
+    """Prometheus text exposition (relayinfo.metrics), for scrapers allowed by `metrics_refusal`."""
+    refusal = metrics_refusal(request)
+    if refusal is not None:
+        return refusal
+    body, content_type = prometheus_exposition()
+    return HttpResponse(body, content_type=content_type)
+
+
+def metrics_refusal(request: HttpRequest) -> HttpResponse | None:
+    """None when the request may read /metrics: it carries `Authorization: Bearer
+    <METRICS_TOKEN>`, or comes from a network of METRICS_ALLOWED_NETWORKS, or (neither being
+    configured) from loopback. The address is the client's, behind RELAY_TRUSTED_PROXIES."""
+    token: str | None = settings.RELAY_METRICS_TOKEN
+    networks: tuple[str, ...] = settings.RELAY_METRICS_NETWORKS
+    if token is not None:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token):
+            return None
+    allowed = networks or (() if token is not None else LOOPBACK)
+    try:
+        address = ip_address(client_address(request))
+    except ValueError:
+        address = None
+    if address is not None and any(address in ip_network(net) for net in allowed):
+        return None
+    if token is not None:
+        return json_error(
+            401, "unauthorized", "metrics need Authorization: Bearer <METRICS_TOKEN>",
+            headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+        )
+    return json_error(403, "forbidden", "metrics answer only the networks configured in "
+                      "METRICS_ALLOWED_NETWORKS (default: loopback) or METRICS_TOKEN")
+
+
+LOOPBACK = ("127.0.0.0/8", "::1/128")
 
 
 @plain_view_schema(

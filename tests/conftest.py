@@ -36,6 +36,15 @@ def _sync_state_row(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _static_files_collected() -> None:
+    """Pages name their static files by the manifest's hashed names, as in production, so the
+    files are collected first, when they changed (as `buzz-admin serve` does)."""
+    from buzzrelay.static_files import collect_static
+
+    collect_static()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _database_threads_closed(django_db_setup: None) -> object:
     """Views run synchronous work on database threads that keep their connections
     (artifacts.ws.dbcall); they are stopped before the test database is dropped, which an open

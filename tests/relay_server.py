@@ -1,9 +1,8 @@
-"""A real relay server process for tests: uvicorn serving buzzrelay.asgi on a free loopback port.
+"""A real relay server process for tests: `buzz-admin serve` on a free loopback port.
 
-The options are those `buzz-admin serve` passes to uvicorn (WebSocket frames up to 131072 bytes,
-no permessage-deflate, the ASGI lifespan that registers the instance, 10 s graceful shutdown);
-the CLI itself is left out so that these tests exercise the ASGI application, not the command
-line.
+The production command itself (buzzrelay/server.py: uvicorn, the ASGI lifespan that registers
+the instance, the static files, `buzzrelay.asgi.build_application()`), so what the suite tests
+is what operators run; the quickstart runs the same code.
 
 It serves the pytest database (pytest-django's `test_<name>`), so tests that use it must run with
 `@pytest.mark.django_db(transaction=True)`: the server sees only committed data. Redis and the
@@ -122,13 +121,7 @@ def start_relay(env_overrides: Mapping[str, str | None] | None = None) -> RelayP
     log_path = Path(tempfile.mkstemp(prefix=f"relay-{port}-", suffix=".log")[1])
     with log_path.open("ab") as log:
         process = subprocess.Popen(
-            [
-                sys.executable, "-m", "uvicorn", "buzzrelay.asgi:application",
-                "--host", HOST, "--port", str(port), "--lifespan", "on",
-                "--ws-max-size", "131072", "--ws-per-message-deflate", "false",
-                "--timeout-graceful-shutdown", "10",
-                "--log-level", "warning", "--no-proxy-headers", "--no-access-log",
-            ],
+            [sys.executable, "-m", "buzzrelay.cli", "serve", "--host", HOST, "--port", str(port)],
             cwd=ROOT,
             env=env,
             stdout=log,

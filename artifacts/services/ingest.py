@@ -112,6 +112,7 @@ def ingest_event(
     try:
         event, digest = parse_event_unverified(raw, now=now, limits=_limits(), parsed=parsed)
         check_storable(event)
+        check_content_length(event, community.content_limit())
         check_signature(event, digest)
     except InvalidEvent as exc:
         return IngestResult(_claimed_id(parsed if parsed is not None else raw), False,
@@ -160,6 +161,16 @@ def check_storable(event: Event) -> None:
     """
     if "\x00" in event.content or any("\x00" in value for tag in event.tags for value in tag):
         raise InvalidEvent(NUL_REFUSAL)
+
+
+def check_content_length(event: dict[str, Any], limit: int | None) -> None:
+    """The community's NIP-11 `limitation.max_content_length`, in characters (None: no limit
+    beyond the event size)."""
+    if limit is not None and len(event["content"]) > limit:
+        raise InvalidEvent(
+            f"content is longer than this community's {limit} characters"
+            f" ({len(event['content'])})"
+        )
 
 
 def _limits() -> EventLimits:

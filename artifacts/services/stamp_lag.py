@@ -23,6 +23,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection
+from prometheus_client import Histogram
 
 from relayinfo.models import WriterLagSample
 
@@ -38,9 +39,18 @@ _last_flush = time.monotonic()
 _last_prune = 0.0
 
 
+# For Prometheus (/metrics, relayinfo.metrics): every write's lag, not only the kept samples.
+STAMP_TO_COMMIT_LAG = Histogram(
+    "buzz_stamp_to_commit_lag_seconds",
+    "Write transactions from just after BEGIN (before any stamp) to the end of COMMIT",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15, 60, 120),
+)
+
+
 def record_lag(lag_ms: float) -> None:
     """Called after each committed write; flushes when the interval is over."""
     global _last_flush
+    STAMP_TO_COMMIT_LAG.observe(max(0.0, lag_ms) / 1000)
     now = time.monotonic()
     with _lock:
         _pending.append(lag_ms)

@@ -1,7 +1,9 @@
 """The runbook as one function: migrations under the advisory lock, with index builds between.
 
-`buzz-admin migrate` and the quickstart call `run_migrate`. Django's own migrate command applies
-the migrations (all apps, in dependency order, signals included); 0076 and 0078 verify their
+`buzz-admin migrate`, `manage.py migrate` (which the test suite's database creation also runs)
+and the quickstart call `run_migrate`. Django's own migrate command applies the migrations (all
+apps, in dependency order, signals included: called as its class, since `migrate` by name is
+this runbook); 0076 and 0078 verify their
 indexes and refuse on a populated table while one is missing (SchemaNotReady), which stops the
 run before that migration with exit 3. After a direct SQL application of the runbook, which
 leaves the ledger without 0076-0078, a plain run verifies and records 0076, re-applies the
@@ -13,7 +15,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 import psycopg
 
@@ -48,18 +51,26 @@ def apply_migrations(
     migration_name: str | None = None,
     fake_initial: bool = False,
     lock_retries: int = 3,
+    django_options: Mapping[str, Any] | None = None,
     out: TextIO,
+    err: TextIO = sys.stderr,
 ) -> None:
-    """Django's migrate (to a target when given); a lock-budget failure is retried."""
+    """Django's migrate (to a target when given); a lock-budget failure is retried.
+
+    `django_options` are more of Django's migrate options (`manage.py migrate --plan`, the test
+    database's `run_syncdb`, a verbosity ...), passed on as they are.
+    """
     from django.core.management import call_command
+    from django.core.management.commands.migrate import Command as DjangoMigrate
     from django.db import OperationalError, connection
 
     args = [value for value in (app_label, migration_name) if value]
+    options: dict[str, Any] = {"interactive": False, "verbosity": 1, **(django_options or {})}
     for attempt in range(lock_retries + 1):
         try:
             call_command(
-                "migrate", *args, interactive=False, fake_initial=fake_initial,
-                verbosity=1, stdout=out,
+                DjangoMigrate(), *args, fake_initial=fake_initial, stdout=out, stderr=err,
+                **options,
             )
             return
         except OperationalError as exc:
@@ -96,15 +107,20 @@ def run_migrate(
     with_index_builds: bool = False,
     fake_initial: bool = False,
     lock_retries: int = 3,
+    django_options: Mapping[str, Any] | None = None,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
 ) -> int:
-    """The whole of `buzz-admin migrate [--build-indexes]`; returns the exit code."""
+    """The whole of `buzz-admin migrate [--build-indexes]`; returns the exit code.
+
+    At `verbosity` 0 (in `django_options`) only failures are written.
+    """
     with django_connection_named("migrate"):
         return _run_migrate(
             app_label=app_label, migration_name=migration_name,
             with_index_builds=with_index_builds, fake_initial=fake_initial,
-            lock_retries=lock_retries, out=out, err=err,
+            lock_retries=lock_retries, django_options=dict(django_options or {}), out=out,
+            err=err,
         )
 
 
@@ -115,12 +131,14 @@ def _run_migrate(
     with_index_builds: bool,
     fake_initial: bool,
     lock_retries: int,
+    django_options: dict[str, Any],
     out: TextIO,
     err: TextIO,
 ) -> int:
     from django.core.management import CommandError
     from django.db import DatabaseError, connection
 
+    quiet = django_options.get("verbosity", 1) == 0
     progress = Progress(err)
     try:
         with migration_lock(out):
@@ -132,11 +150,12 @@ def _run_migrate(
                 if not _ledger_has(MIGRATION_0077):
                     apply_migrations(app_label=APP_LABEL, migration_name=MIGRATION_0077,
                                      fake_initial=fake_initial, lock_retries=lock_retries,
-                                     out=out)
+                                     django_options=django_options, out=out, err=err)
                 if not _print_builds(progress, out, "Building indexes concurrently:"):
                     return _builds_failed(err)
             apply_migrations(app_label=app_label, migration_name=migration_name,
-                             fake_initial=fake_initial, lock_retries=lock_retries, out=out)
+                             fake_initial=fake_initial, lock_retries=lock_retries,
+                             django_options=django_options, out=out, err=err)
     except SchemaNotReady as exc:
         return _stopped(exc, out, err)
     except (DatabaseError, psycopg.Error) as exc:
@@ -147,6 +166,8 @@ def _run_migrate(
     except CommandError as exc:
         err.write(f"buzz-admin migrate: {exc}\n")
         return EXIT_FAILED
+    if quiet:
+        return EXIT_OK
     report = inspect_schema(connection)
     if report.ok:
         out.write("Sync schema (PROTOCOL.md section 7 items 1-3): every check passes.\n")

@@ -54,23 +54,35 @@ def connect(purpose: str) -> psycopg.Connection[Any]:
 def django_connection_named(purpose: str) -> Iterator[None]:
     """Django's default connection, named for `purpose` within the block (see application_name).
 
-    The name is part of the connection parameters, so the connection is closed on the way in
-    and out: the quickstart serves from the same process afterwards, under the relay's name.
+    The name is part of the connection parameters, so the connection, and the pool its
+    connections come from (built with the parameters of its first use), are closed on the way in
+    and out: the quickstart serves from the same process afterwards, and the test suite runs in
+    the process that migrated its database, both under the relay's name.
     """
     from django.db import connection
 
     options = connection.settings_dict.setdefault("OPTIONS", {})
     previous = options.get("application_name")
-    connection.close()
+    _close_with_pool(connection)
     options["application_name"] = application_name(purpose)
     try:
         yield
     finally:
-        connection.close()
+        _close_with_pool(connection)
         if previous is None:
             options.pop("application_name", None)
         else:
             options["application_name"] = previous
+
+
+def _close_with_pool(connection: Any) -> None:
+    from django.db import connections
+
+    wrapper: Any = connections[connection.alias]  # `django.db.connection` is a proxy
+    wrapper.close()
+    # Only a pool that exists: `close_pool()` asks `wrapper.pool`, which would build one.
+    if wrapper.alias in getattr(type(wrapper), "_connection_pools", {}):
+        wrapper.close_pool()
 
 
 def describe_error(exc: BaseException) -> str:

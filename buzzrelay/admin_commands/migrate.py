@@ -7,6 +7,8 @@ on a populated table (the output names `build-indexes` and the exact SQL), 1 on 
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any, TextIO
 
 from buzzrelay.admin_commands._migrations import run_migrate
 
@@ -19,13 +21,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "migration_name", nargs="?",
         help="migrate the app to this migration (forwards or backwards; a prefix such as 0077)",
     )
-    parser.add_argument(
-        "--build-indexes", action="store_true",
-        help="the whole runbook in one go: prebuild, 0076, 0077, the concurrent builds, 0078",
-    )
+    add_runbook_arguments(parser)
     parser.add_argument(
         "--fake-initial", action="store_true",
         help="record an initial migration whose tables all exist instead of creating them",
+    )
+
+
+def add_runbook_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options buzz-admin's migrate adds to Django's (`manage.py migrate` has them too)."""
+    parser.add_argument(
+        "--build-indexes", action="store_true",
+        help="the whole runbook in one go: prebuild, 0076, 0077, the concurrent builds, 0078",
     )
     parser.add_argument(
         "--lock-retries", type=int, default=3,
@@ -33,7 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(
+    args: argparse.Namespace, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
+    **django_options: Any,
+) -> int:
+    """`args` as `add_arguments` parses them; `django_options`: more of Django's migrate options
+    (`manage.py migrate` passes those it was given, and its own output streams)."""
     if args.build_indexes and args.app_label:
         parser_error = "--build-indexes runs the whole runbook: it takes no app or migration"
         raise SystemExit(f"buzz-admin migrate: {parser_error}")
@@ -43,4 +55,7 @@ def run(args: argparse.Namespace) -> int:
         with_index_builds=args.build_indexes,
         fake_initial=args.fake_initial,
         lock_retries=max(0, args.lock_retries),
+        django_options=django_options,
+        out=out,
+        err=err,
     )

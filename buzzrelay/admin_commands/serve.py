@@ -1,4 +1,8 @@
-"""buzz-admin serve: HTTP and WebSocket with the production ASGI server."""
+"""buzz-admin serve: HTTP and WebSocket with the production ASGI server (buzzrelay/server.py).
+
+The staff pages' static files are collected into STATIC_ROOT first when they changed since the
+last start (one line says so); otherwise nothing is written.
+"""
 
 from __future__ import annotations
 
@@ -35,29 +39,13 @@ def run(args: argparse.Namespace) -> int:
             "channel layer, and live events would not cross between workers",
             code=2,
         )
-    setup_django(None)
-    import uvicorn
-    from django.conf import settings
+    from buzzrelay.server import metrics_directory, run_server
+    from buzzrelay.static_files import StaticFilesError
 
-    uvicorn.run(
-        "buzzrelay.asgi:application",
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        # The ASGI lifespan registers the instance in the fleet and deregisters it on shutdown.
-        lifespan="on",
-        log_level="warning",
-        # NIP-11 limitation.max_message_length: a larger frame closes the connection.
-        ws_max_size=settings.RELAY_MAX_MESSAGE_LENGTH,
-        # No permessage-deflate: every live event is fanned out to many sockets, and deflate
-        # compresses it again for each one (measured: ~75% more CPU per delivered event).
-        ws_per_message_deflate=False,
-        timeout_graceful_shutdown=10,
-        # The relay decides which proxies' X-Forwarded-* headers to believe
-        # (RELAY_TRUSTED_PROXIES, buzzrelay/http.py); uvicorn's own rewriting (on by default for
-        # 127.0.0.1) would apply a second, different rule first.
-        proxy_headers=False,
-        # No per-request access log: at 1,000 requests/s it is work and noise; errors are logged.
-        access_log=False,
-    )
+    with metrics_directory():
+        setup_django(None)
+        try:
+            run_server(host=args.host, port=args.port, workers=args.workers)
+        except StaticFilesError as exc:
+            fail(str(exc), code=2)
     return 0

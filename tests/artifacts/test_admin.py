@@ -111,3 +111,47 @@ def test_bad_admin_pubkeys_are_form_errors(admin_client: Client, db: None) -> No
     })
     assert response.status_code == 200  # the form again, with its error
     assert not Community.objects.filter(host="new.example").exists()
+
+
+def test_relay_information_is_edited_in_the_admin_without_stamping(
+    admin_client: Client, community: Community
+) -> None:
+    before = _policy(community)
+    data = {"name": community.name, "admin_pubkeys": "", "artifacts_enabled": "on",
+            "artifact_types": "", "open_channel_creation": "",
+            "description": "Our tasks.", "contact": "mailto:ops@team.example",
+            "icon": "https://team.example/icon.png", "banner": "", "terms_of_service": "",
+            "privacy_policy": "https://team.example/privacy", "posting_policy": "",
+            "max_content_length": "500"}
+    page = admin_client.get(f"/admin/artifacts/community/{community.pk}/change/")
+    assert "Relay information (NIP-11)" in page.content.decode()
+    response = admin_client.post(f"/admin/artifacts/community/{community.pk}/change/", data)
+    assert response.status_code == 302, response.content
+    community.refresh_from_db()
+    assert (community.description, community.contact, community.icon,
+            community.privacy_policy, community.max_content_length) == (
+        "Our tasks.", "mailto:ops@team.example", "https://team.example/icon.png",
+        "https://team.example/privacy", 500)
+    assert _policy(community) == before  # information is not policy: nothing stamped
+
+    bad = admin_client.post(f"/admin/artifacts/community/{community.pk}/change/",
+                            {**data, "banner": "not a url", "max_content_length": "0"})
+    assert bad.status_code == 200  # the form again, with its errors
+    assert "must be an http:// or https:// URL" in bad.content.decode()
+    assert "max_content_length must be a positive whole number" in bad.content.decode()
+    community.refresh_from_db()
+    assert community.banner == "" and community.max_content_length == 500
+
+
+def test_a_community_added_in_the_admin_keeps_its_information(
+    admin_client: Client, db: None
+) -> None:
+    response = admin_client.post("/admin/artifacts/community/add/", {
+        "host": "new.example", "name": "New", "admin_pubkeys": "",
+        "artifacts_enabled": "on", "artifact_types": "", "open_channel_creation": "",
+        "description": "New here.", "terms_of_service": "https://new.example/terms",
+    })
+    assert response.status_code == 302, response.content
+    created = Community.objects.get(host="new.example")
+    assert (created.description, created.terms_of_service, created.contact) == (
+        "New here.", "https://new.example/terms", "")

@@ -87,6 +87,16 @@ def test_quickstart_serves_keeps_its_key_and_stops_cleanly(tmp_path: Path) -> No
         assert admin.status_code == 200 and "csrfmiddlewaretoken" in admin.text
         css = httpx.get(f"http://127.0.0.1:{port}/static/admin/css/base.css")
         assert css.status_code == 200
+        # The production stack: the instance registered itself (lifespan), so the operator's
+        # readiness command on the same database agrees with the relay.
+        pid_lines = (data_dir / "postgres" / "postmaster.pid").read_text().splitlines()
+        database_url = f"postgres://postgres@127.0.0.1:{int(pid_lines[3])}/buzz"
+        readiness = subprocess.run(
+            [sys.executable, "-m", "buzzrelay.cli", "readiness", "--database-url", database_url],
+            capture_output=True, text=True, timeout=60, cwd=ROOT, env=subprocess_env(),
+        )
+        assert readiness.returncode == 0, readiness.stdout + readiness.stderr
+        assert "Every deployment is ready" in readiness.stdout
     finally:
         code = first.stop()
     assert code == 0, first.output
@@ -116,6 +126,8 @@ def test_quickstart_serves_keeps_its_key_and_stops_cleanly(tmp_path: Path) -> No
             headers={"Referer": f"http://127.0.0.1:{port}/admin/login/"},
         )
         assert answer.status_code == 302 and answer.headers["location"] == "/admin/", answer.text
+        readiness_page = login.get("/admin/relayinfo/readiness/").text
+        assert "Ready." in readiness_page and "1 live instances" in readiness_page
     finally:
         assert second.stop(signal.SIGINT) == 0, second.output  # Ctrl-C
     assert key_file.read_text().strip() == secret

@@ -1,4 +1,5 @@
-"""The staff readiness page in the Django admin, through the test client and in real Chromium."""
+"""The staff readiness page in the Django admin, through the test client and in real Chromium
+(under `buzz-admin serve`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from artifacts.models import Community
 from artifacts.schema import INDEXES_BY_NAME
 from relayinfo import metrics
 from relayinfo.models import RelayInstance
+from tests.relay_server import start_relay
 from tests.relayinfo.conftest import execute, transactional
 
 pytestmark = transactional
@@ -124,26 +126,52 @@ def chromium() -> Iterator[Any]:
             browser.close()
 
 
-def test_readiness_page_in_chromium(
-    live_server: Any, community: Community, staff: User, member: User
+def test_readiness_page_and_api_docs_in_chromium_under_buzz_admin_serve(
+    community: Community, staff: User, member: User
 ) -> None:
+    """The staff pages as operators get them: `buzz-admin serve` (a real subprocess, which
+    registers itself in the fleet), its static files (WhiteNoise, hashed names), real Chromium."""
     import uuid
 
     from relayinfo import fleet
 
     fleet.register_instance(instance=uuid.uuid4())
-    metrics.record_round(reset=False, rows=25, fence_lag_ms=12.0, more=False)
     OUTPUT.mkdir(exist_ok=True)
-    with chromium() as browser:
-        _drive(browser, live_server.url)
+    relay = start_relay()
+    try:
+        with chromium() as browser:
+            _drive(browser, relay.url, server_pid=relay.process.pid)
+    finally:
+        relay.stop()
     assert (OUTPUT / "readiness-page.png").stat().st_size > 10_000
+    assert (OUTPUT / "api-docs-page.png").stat().st_size > 10_000
 
 
-def _drive(browser: Any, base: str) -> None:
+def _styled(page: Any, selector: str) -> None:
+    """The admin's stylesheet applied: `selector` has a background, not the browser default."""
+    colour = page.locator(selector).evaluate("e => getComputedStyle(e).backgroundColor")
+    assert colour not in ("rgba(0, 0, 0, 0)", "transparent"), (selector, colour)
+
+
+def _record_failed_asset(answer: Any, failed: list[str]) -> None:
+    if answer.status >= 400 and "/static/" in answer.url:
+        failed.append(answer.url)
+
+
+def _drive(browser: Any, base: str, *, server_pid: int) -> None:
     # A member who is not staff is sent to the login page, which refuses them.
-    page = browser.new_page()
+    failed: list[str] = []
+
+    def watch(page: Any) -> Any:
+        """`page`, recording every static file that failed to load."""
+        page.on("requestfailed", lambda request: failed.append(request.url))
+        page.on("response", lambda answer: _record_failed_asset(answer, failed))
+        return page
+
+    page = watch(browser.new_page())
     page.goto(f"{base}{PAGE}")
     assert "/admin/login/" in page.url
+    _styled(page, "#header")
     page.fill("#id_username", "member")
     page.fill("#id_password", "correct horse")
     page.click("input[type=submit]")
@@ -151,7 +179,7 @@ def _drive(browser: Any, base: str) -> None:
     assert "staff account" in page.inner_text(".errornote")
     page.close()
 
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = watch(browser.new_page(viewport={"width": 1400, "height": 1000}))
     page.goto(f"{base}{PAGE}")
     page.fill("#id_username", "operator")
     page.fill("#id_password", "correct horse")
@@ -164,9 +192,18 @@ def _drive(browser: Any, base: str) -> None:
     assert page.locator("#columns tbody tr").count() == 5
     assert page.locator("#indexes tbody tr").count() == 5
     assert page.locator("#ledger tbody tr").count() == 3
+    # The server registered itself (lifespan), beside the instance this test registered.
+    assert str(server_pid) in page.locator("#fleet").inner_text()
     assert page.locator("#fleet tbody tr").first.inner_text().count("0.1.0") == 1
-    # The admin's stylesheet applied (the header bar is styled, not default black on white).
-    header = page.locator("#header").evaluate("e => getComputedStyle(e).backgroundColor")
-    assert header not in ("rgba(0, 0, 0, 0)", "transparent")
+    _styled(page, "#header")
     page.screenshot(path=str(OUTPUT / "readiness-page.png"), full_page=True)
+
+    # The API docs: Swagger UI from drf-spectacular-sidecar's static files ran and drew the
+    # document's title.
+    page.goto(f"{base}/admin/api/")
+    title = page.locator(".swagger-ui .info .title")
+    title.wait_for(timeout=15_000)
+    assert "Buzz relay HTTP API" in title.inner_text()
+    page.screenshot(path=str(OUTPUT / "api-docs-page.png"), full_page=False)
     page.close()
+    assert failed == []

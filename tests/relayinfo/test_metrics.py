@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from django.core.cache import cache
@@ -37,15 +38,32 @@ def test_pages_resets_rounds_rows_and_fence_lag_are_counted() -> None:
     after = metrics.process_totals()
     assert after.pages - before.pages == 3
     assert after.resets - before.resets == 1
+    assert after.rounds - before.rounds == 1
     assert after.rows - before.rows == 150
-    # Cumulative histogram: 1.5 ms fits every bucket, 250 ms only those from 500 ms up.
-    delta = {
-        bound: count - earlier
-        for (bound, count), (_, earlier) in zip(
-            after.fence_buckets, before.fence_buckets, strict=True
-        )
-    }
-    assert delta[1.0] == 0 and delta[5.0] == 2 and delta[100.0] == 2 and delta[500.0] == 3
+
+
+def _sample(name: str, **labels: str) -> float:
+    from prometheus_client import REGISTRY
+
+    value = REGISTRY.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+def test_fence_lag_and_rows_per_page_are_histograms() -> None:
+    fence = {bound: _sample("buzz_fence_lag_seconds_bucket", le=bound)
+             for bound in ("0.001", "0.005", "0.1", "0.5")}
+    rows = {bound: _sample("buzz_incremental_page_rows_bucket", le=bound)
+            for bound in ("10.0", "50.0", "100.0")}
+    metrics.record_round(reset=True, rows=100, fence_lag_ms=4.0, more=True)
+    metrics.record_round(reset=False, rows=40, fence_lag_ms=250.0, more=True)
+    metrics.record_round(reset=False, rows=10, fence_lag_ms=1.5, more=False)
+    # Cumulative buckets: 1.5 ms fits every bucket from 5 ms, 250 ms only those from 500 ms.
+    grew = {bound: _sample("buzz_fence_lag_seconds_bucket", le=bound) - before
+            for bound, before in fence.items()}
+    assert grew == {"0.001": 0, "0.005": 2, "0.1": 2, "0.5": 3}
+    grew = {bound: _sample("buzz_incremental_page_rows_bucket", le=bound) - before
+            for bound, before in rows.items()}
+    assert grew == {"10.0": 1, "50.0": 2, "100.0": 3}
 
 
 def test_counts_of_every_process_add_up_in_the_shared_buckets() -> None:
@@ -65,17 +83,58 @@ def test_metrics_endpoint_is_prometheus_text_on_any_host(community: Community) -
     response = Client().get("/metrics", HTTP_HOST="10.0.0.7:9100")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain; version=0.0.4")
-    lines = response.content.decode().splitlines()
-    assert "buzz_deployment_ready 1" in lines
-    assert 'buzz_readiness_check{item="3",check="indexes"} 1' in lines
+    text = response.content.decode()
+    lines = text.splitlines()
+    assert "buzz_deployment_ready 1.0" in lines
+    assert 'buzz_readiness_check{check="indexes",item="3"} 1.0' in lines
     assert any(line.startswith("buzz_sync_epoch ") for line in lines)
     assert any(line.startswith("buzz_incremental_pages_total ") for line in lines)
-    assert 'buzz_fence_lag_milliseconds_bucket{le="+Inf"}' in " ".join(lines)
-    assert any(line.startswith("buzz_fleet_rounds_per_minute ") for line in lines)
-    # Every sample line is `name{labels} value` with a number for value.
+    assert 'buzz_fence_lag_seconds_bucket{le="+Inf"}' in text
+    assert "buzz_stamp_to_commit_lag_seconds_bucket" in text
+    assert any(line.startswith("process_resident_memory_bytes ") for line in lines)
+    # Rates are the scraper's: no per-minute gauges computed by the relay.
+    assert "per_minute" not in text
+    # Every metric has its HELP and TYPE, and every sample line is `name{labels} number`.
+    families = {line.split()[2] for line in lines if line.startswith("# TYPE ")}
+    helped = {line.split()[2] for line in lines if line.startswith("# HELP ")}
+    assert families == helped
     for line in lines:
         if not line.startswith("#"):
             float(line.rsplit(" ", 1)[1])
+            name = line.split("{")[0].split(" ")[0]
+            assert any(name == f or name.startswith(f + "_") for f in families), name
+
+
+@transactional
+@pytest.mark.parametrize(
+    ("token", "networks", "address", "authorization", "status"),
+    [
+        (None, (), "127.0.0.1", None, 200),  # neither configured: loopback only
+        (None, (), "10.1.2.3", None, 403),
+        (None, ("10.0.0.0/8",), "10.1.2.3", None, 200),
+        (None, ("10.0.0.0/8",), "127.0.0.1", None, 403),
+        ("s3cret-token-for-metrics", (), "10.1.2.3", "Bearer s3cret-token-for-metrics", 200),
+        ("s3cret-token-for-metrics", (), "127.0.0.1", None, 401),
+        ("s3cret-token-for-metrics", (), "10.1.2.3", "Bearer wrong-token-for-metrics", 401),
+        ("s3cret-token-for-metrics", ("10.0.0.0/8",), "10.1.2.3", None, 200),
+    ],
+)
+def test_metrics_need_the_token_or_an_allowed_network(
+    community: Community, settings: object, token: str | None, networks: tuple[str, ...],
+    address: str, authorization: str | None, status: int,
+) -> None:
+    settings.RELAY_METRICS_TOKEN = token  # type: ignore[attr-defined]
+    settings.RELAY_METRICS_NETWORKS = networks  # type: ignore[attr-defined]
+    environ: dict[str, Any] = {"REMOTE_ADDR": address}
+    if authorization:
+        environ["HTTP_AUTHORIZATION"] = authorization
+    response = Client(**environ).get("/metrics")
+    assert response.status_code == status, response.content
+    if status == 401:
+        assert response.json()["error"] == "unauthorized"
+        assert response["WWW-Authenticate"] == 'Bearer realm="metrics"'
+    if status == 403:
+        assert response.json()["error"] == "forbidden"
 
 
 DEAD_REDIS = {

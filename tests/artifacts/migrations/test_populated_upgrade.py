@@ -24,6 +24,7 @@ from tests.artifacts.migrations.scratch import (
 
 pytestmark = pytest.mark.slow
 
+MIGRATION_0079 = "0079_community_relay_information"
 SYNC_TABLES = ["artifact_heads", "artifact_revisions", "channel_members", "communities"]
 REVISIONS, HEADS = 200_000, 100_000
 
@@ -198,7 +199,8 @@ def test_migrate_after_a_direct_sql_application_records_the_ledger(db: Scratch) 
     assert db.buzz_admin("check").returncode == 1  # ledger items fail, all else passes
     catalog = catalog_snapshot(db)
 
-    result = db.buzz_admin("migrate")
+    # Up to 0078: the later 0079 adds columns of its own to `communities`.
+    result = db.buzz_admin("migrate", "artifacts", MIGRATION_0078)
     assert result.returncode == 0, result.stdout + result.stderr
     for name in (MIGRATION_0076, MIGRATION_0077, MIGRATION_0078):
         assert f"Applying artifacts.{name}... OK" in result.stdout
@@ -206,6 +208,7 @@ def test_migrate_after_a_direct_sql_application_records_the_ledger(db: Scratch) 
     # Re-applying 0077 changed nothing: not a table file, not a column, not a catalog row.
     assert catalog_snapshot(db) == catalog
     assert db.buzz_admin("check").returncode == 0
+    assert db.buzz_admin("migrate").returncode == 0
 
 
 def test_0077_applied_twice_changes_nothing(db: Scratch) -> None:
@@ -249,3 +252,32 @@ def test_0077_gives_up_within_its_lock_budget_and_changes_nothing(db: Scratch) -
     ) == 0
     retried = db.buzz_admin("migrate", "--build-indexes")
     assert retried.returncode == 0, retried.stdout + retried.stderr
+
+
+def test_0079_adds_the_relay_information_without_rewriting_and_old_writers_still_insert(
+    db: Scratch,
+) -> None:
+    files_before = relfilenodes(db)
+    result = db.buzz_admin("migrate", "--build-indexes")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert MIGRATION_0079 in db.ledger()
+    assert relfilenodes(db) == files_before  # communities was not rewritten
+    # The existing community reads the defaults, without a backfill.
+    assert db.sql("SELECT description, contact, icon, max_content_length FROM communities") == [
+        ("", "", "", None)
+    ]
+    # A relay of the previous release inserts without the new columns: the database's
+    # defaults fill them (a NOT NULL column without one would refuse the row).
+    db.sql(
+        "INSERT INTO communities (host, name, admin_pubkeys, artifacts_enabled,"
+        " open_channel_creation, listing_version, created_at)"
+        " VALUES ('old.example', 'Old', '{}', true, false, 0, now())"
+    )
+    assert db.value("SELECT posting_policy FROM communities WHERE host = 'old.example'") == ""
+    back = db.buzz_admin("migrate", "artifacts", MIGRATION_0078)
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert MIGRATION_0079 not in db.ledger()
+    assert db.value(
+        "SELECT count(*) FROM information_schema.columns WHERE table_name = 'communities'"
+        " AND column_name IN ('description', 'contact', 'max_content_length')"
+    ) == 0

@@ -1,0 +1,1 @@
+"""`manage.py` commands for every `buzz-admin` subcommand (buzzrelay/cli.py)."""

@@ -1,0 +1,139 @@
+"""/metrics under `buzz-admin serve --workers 2` (a real server): whichever worker answers a
+scrape, it reports the sum over both workers, so counters only grow from scrape to scrape."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.mmap_dict import MmapedDict
+from prometheus_client.parser import text_string_to_metric_families
+from websockets.sync.client import connect
+
+from artifacts.models import Community
+from buzzrelay.embedded import free_port
+from tests.relay_server import HOST, ROOT, RelayProcess, server_env
+from tests.relayinfo.conftest import transactional
+
+pytestmark = [transactional, pytest.mark.slow]
+
+DURATION_COUNT = "buzz_http_request_duration_seconds_count"
+HEALTHZ = (DURATION_COUNT, (("endpoint", "/healthz"), ("status", "200")))
+NIP11 = (DURATION_COUNT, (("endpoint", "/info"), ("status", "200")))
+FRONT_DOOR = ("buzz_front_door_requests_total", ())
+
+
+def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _healthz_by_worker(directory: Path) -> Counter[int]:
+    """Each worker's own /healthz count, read from its file in the multiprocess directory."""
+    counts: Counter[int] = Counter()
+    for path in directory.glob("histogram_*.db"):
+        pid = int(re.findall(r"\d+", path.name)[0])
+        for key, value, _timestamp, _pos in MmapedDict.read_all_values_from_file(str(path)):
+            _metric, name, labels, _help = json.loads(key)
+            # A worker's file keeps each bucket's own observations (made cumulative, and the
+            # count, only when a scrape collects them): its requests are their sum.
+            labels.pop("le", None)
+            if name == "buzz_http_request_duration_seconds_bucket" and labels == dict(HEALTHZ[1]):
+                counts[pid] += int(value)
+    return counts
+
+
+def _start(directory: Path) -> RelayProcess:
+    port = free_port()
+    env = server_env({"PROMETHEUS_MULTIPROC_DIR": str(directory),
+                      "RELAY_RATE_LIMIT_ADDRESS_RATE": "0"})
+    assert env.get("REDIS_URL"), "two workers need the suite's Redis"
+    log_path = Path(tempfile.mkstemp(prefix=f"relay-{port}-", suffix=".log")[1])
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "buzzrelay.cli", "serve", "--host", HOST, "--port", str(port),
+             "--workers", "2"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+    relay = RelayProcess(process, port, log_path, env)
+    try:
+        relay.wait_healthy()
+    except BaseException:
+        relay.stop(signal.SIGKILL)
+        raise
+    return relay
+
+
+def test_two_workers_counters_sum_over_the_workers_and_only_grow(
+    community: Community, tmp_path: Path
+) -> None:
+    Community.objects.create(host=HOST, name="Local")  # the WebSocket's, on 127.0.0.1
+    directory = tmp_path / "metrics"
+    (directory).mkdir()
+    (directory / "counter_999999.db").write_bytes(b"")  # an earlier run's file: removed
+    relay = _start(directory)
+    try:
+        assert not (directory / "counter_999999.db").exists()
+        warmup = _scrape(relay.url)  # wait_healthy's own /healthz requests count too
+        base_healthz = warmup.get(HEALTHZ, 0.0)
+        scrapes = []
+        sent = 0
+        with ThreadPoolExecutor(8) as pool:
+            for _ in range(5):
+                # New connections, several at a time: the kernel hands them to both workers.
+                answers = list(pool.map(
+                    lambda _: httpx.get(f"{relay.url}/healthz", timeout=10).status_code,
+                    range(40),
+                ))
+                infos = list(pool.map(
+                    lambda _: httpx.get(f"{relay.url}/info", headers={"Host": "team.example"},
+                                        timeout=10).status_code,
+                    range(10),
+                ))
+                assert set(answers) == {200} and set(infos) == {200}
+                sent += 40
+                scrapes.append((sent, _scrape(relay.url)))
+        by_worker = _healthz_by_worker(directory)
+        # Open WebSockets: a gauge summed over the live workers.
+        with connect(relay.ws_url) as ws:
+            ws.send('["REQ", "s", {"kinds": [45010]}]')
+            ws.recv(timeout=10)  # AUTH challenge or CLOSED: the socket is open either way
+            during = _scrape(relay.url)
+        after = _scrape(relay.url)
+    finally:
+        relay.stop()
+        log = relay.log()
+        relay.log_path.unlink()
+    # Both workers served /healthz, and each scrape, answered by either, reported the sum.
+    assert len([pid for pid, count in by_worker.items() if count]) == 2, (by_worker, log)
+    assert sum(by_worker.values()) == base_healthz + sent
+    previous: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for count, scrape in scrapes:
+        assert scrape[HEALTHZ] == base_healthz + count
+        assert scrape[NIP11] == count // 4
+        assert scrape[FRONT_DOOR] == count // 4  # NIP-11 is the front door's
+        for key, value in scrape.items():
+            if key[0].endswith(("_total", "_count", "_sum", "_bucket")) and key in previous \
+                    and not key[0].startswith("process_"):
+                assert value >= previous[key], key
+        previous = scrape
+    assert during[("buzz_websocket_connections", ())] == 1
+    assert after[("buzz_websocket_connections", ())] == 0
+    assert after[("buzz_websocket_connections_opened_total", ())] == 1
+    # Each worker's standard process metrics, labelled by pid (the supervisor's too).
+    pids = {dict(labels)["pid"] for name, labels in previous
+            if name == "process_start_time_seconds"}
+    assert len(pids) >= 2
