@@ -163,13 +163,13 @@ def check_storable(event: Event) -> None:
         raise InvalidEvent(NUL_REFUSAL)
 
 
-def check_content_length(event: dict[str, Any], limit: int | None) -> None:
+def check_content_length(event: Event, limit: int | None) -> None:
     """The community's NIP-11 `limitation.max_content_length`, in characters (None: no limit
     beyond the event size)."""
-    if limit is not None and len(event["content"]) > limit:
+    if limit is not None and len(event.content) > limit:
         raise InvalidEvent(
             f"content is longer than this community's {limit} characters"
-            f" ({len(event['content'])})"
+            f" ({len(event.content)})"
         )
 
 
