@@ -114,14 +114,18 @@ def server_env(overrides: Mapping[str, str | None] | None = None) -> dict[str, s
     return env
 
 
-def start_relay(env_overrides: Mapping[str, str | None] | None = None) -> RelayProcess:
-    """Start a relay server on a free port and wait until it answers /healthz."""
+def start_relay(
+    env_overrides: Mapping[str, str | None] | None = None, *, workers: int = 1
+) -> RelayProcess:
+    """Start a relay server (`buzz-admin serve`, `workers` processes) on a free port and wait
+    until it answers /healthz."""
     port = free_port()
     env = server_env(env_overrides)
     log_path = Path(tempfile.mkstemp(prefix=f"relay-{port}-", suffix=".log")[1])
     with log_path.open("ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "buzzrelay.cli", "serve", "--host", HOST, "--port", str(port)],
+            [sys.executable, "-m", "buzzrelay.cli", "serve", "--host", HOST, "--port", str(port),
+             "--workers", str(workers)],
             cwd=ROOT,
             env=env,
             stdout=log,

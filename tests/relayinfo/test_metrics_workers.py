@@ -4,11 +4,8 @@ scrape, it reports the sum over both workers, so counters only grow from scrape 
 from __future__ import annotations
 
 import json
+import os
 import re
-import signal
-import subprocess
-import sys
-import tempfile
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,8 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
 from artifacts.models import Community
-from buzzrelay.embedded import free_port
-from tests.relay_server import HOST, ROOT, RelayProcess, server_env
+from tests.relay_server import HOST, RelayProcess, start_relay
 from tests.relayinfo.conftest import transactional
 
 pytestmark = [transactional, pytest.mark.slow]
@@ -57,24 +53,9 @@ def _healthz_by_worker(directory: Path) -> Counter[int]:
 
 
 def _start(directory: Path) -> RelayProcess:
-    port = free_port()
-    env = server_env({"PROMETHEUS_MULTIPROC_DIR": str(directory),
-                      "RELAY_RATE_LIMIT_ADDRESS_RATE": "0"})
-    assert env.get("REDIS_URL"), "two workers need the suite's Redis"
-    log_path = Path(tempfile.mkstemp(prefix=f"relay-{port}-", suffix=".log")[1])
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "buzzrelay.cli", "serve", "--host", HOST, "--port", str(port),
-             "--workers", "2"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
-    relay = RelayProcess(process, port, log_path, env)
-    try:
-        relay.wait_healthy()
-    except BaseException:
-        relay.stop(signal.SIGKILL)
-        raise
-    return relay
+    assert os.environ.get("REDIS_URL"), "two workers need the suite's Redis"
+    return start_relay({"PROMETHEUS_MULTIPROC_DIR": str(directory),
+                        "RELAY_RATE_LIMIT_ADDRESS_RATE": "0"}, workers=2)
 
 
 def test_two_workers_counters_sum_over_the_workers_and_only_grow(
