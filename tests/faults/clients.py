@@ -186,11 +186,21 @@ class Collection:
     pages: list[dict[str, Any]] = field(default_factory=list)
     keep_pages: bool = False
 
-    def round(self, *, max_pages: int = 1000) -> None:
-        """Run pages until `more` is false, applying each (upsert and delete by `d`)."""
+    def round(self, *, max_pages: int = 1000, retry_unavailable: bool = False) -> None:
+        """Run pages until `more` is false, applying each (upsert and delete by `d`).
+
+        `retry_unavailable`: a page answered 503 `database_unavailable` is asked again, as the
+        contract says ("retry later"); for rounds right after the database restarted, when a
+        pooled connection it broke may fail its first statement."""
+        retries = 20 if retry_unavailable else 0
         for _ in range(max_pages):
             body = {"artifact": "current", **self.filter, "progress": self.progress}
             response = self.client.post("/query", [body])
+            while (response.status_code == 503 and retries > 0
+                   and response.json().get("error") == "database_unavailable"):
+                retries -= 1
+                time.sleep(0.1)
+                response = self.client.post("/query", [body])
             assert response.status_code == 200, (response.status_code, response.text)
             page = response.json()
             if self.keep_pages:
@@ -207,10 +217,10 @@ class Collection:
                 return
         raise AssertionError("round did not finish")
 
-    def catch_up(self) -> None:
+    def catch_up(self, *, retry_unavailable: bool = False) -> None:
         """A round that sees every write acknowledged before this call: the relay reads each
         round's fence afresh (PROTOCOL.md section 5, read-your-writes)."""
-        self.round()
+        self.round(retry_unavailable=retry_unavailable)
 
     def ids(self) -> dict[str, str]:
         return {d: event["id"] for d, event in self.items.items()}
