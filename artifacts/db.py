@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import select
 from collections.abc import Mapping
 from typing import Any, cast
 
+import psycopg
 from django.db import models
 from psycopg import errors as pg_errors
 
@@ -39,6 +41,22 @@ def psycopg_connect_kwargs(database: Mapping[str, Any] | None = None) -> dict[st
             kwargs[key] = str(database[setting])
     kwargs["prepare_threshold"] = options.get("prepare_threshold")
     return kwargs
+
+
+def server_spoke_while_idle(connection: Any) -> bool:
+    """An idle connection (no statement in flight) whose socket has something to read: the
+    server ended the session (a shutdown or restart sends FATAL 57P01, a crash closes the
+    socket), so the connection is broken even though nothing has failed on it yet.
+
+    A poll of the socket, no round trip: the pools skip their round-trip check for connections
+    in steady use, and this catches the restart they would otherwise meet at their next page.
+    `connection` is a psycopg (sync or asyncio) connection, or anything with `fileno()`.
+    """
+    try:
+        readable, _, _ = select.select([connection.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):  # closed or lost already: not usable
+        return True
+    return bool(readable)
 
 
 class TransactionNow(models.Func):

@@ -23,7 +23,7 @@ from django.conf import settings
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from artifacts.db import psycopg_connect_kwargs
+from artifacts.db import psycopg_connect_kwargs, server_spoke_while_idle
 from artifacts.models import Community
 from artifacts.selectors.budget import read_settings_sql
 from artifacts.selectors.communities import community_from_row, lookup_statement
@@ -68,9 +68,12 @@ async def connection_pool() -> AsyncConnectionPool:
 
 async def _check_unless_recently_used(conn: psycopg.AsyncConnection[Any]) -> None:
     """The pool's check on checkout (a round trip), skipped for a connection that finished a
-    page in the last RECENT_SECONDS: under load every connection is, and one that broke since
-    fails its page with a 503 and is discarded by the pool, as the check would have found."""
-    if time.monotonic() - _last_used.get(conn, -RECENT_SECONDS) < RECENT_SECONDS:
+    page in the last RECENT_SECONDS (under load every connection has) unless the server has
+    spoken on it since: a restarted PostgreSQL says so on every session it ends, and the check
+    then finds the connection broken and the pool replaces it before the page, not after a
+    503."""
+    recently_used = time.monotonic() - _last_used.get(conn, -RECENT_SECONDS) < RECENT_SECONDS
+    if recently_used and not server_spoke_while_idle(conn):
         return
     await AsyncConnectionPool.check_connection(conn)
 

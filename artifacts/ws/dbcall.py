@@ -5,7 +5,8 @@ process would queue on ONE thread. Pages, replays, ingests and access loads are 
 they run on a small pool of threads of their own instead. Each thread keeps its Django
 connection from one call to the next, so at most `WS_DB_THREADS` connections per process serve
 the event loop, and a call pays no pool checkout (whose health check is a round trip: 10% of a
-round's time in a profile). A connection that failed, or sat idle for RECENT_SECONDS, is checked
+round's time in a profile). A connection that failed, sat idle for RECENT_SECONDS, or was
+spoken to by the server while idle (a restart ends every session with a message) is checked
 before its thread's next call and replaced when it is broken.
 """
 
@@ -19,6 +20,8 @@ from functools import wraps
 
 from asgiref.sync import sync_to_async
 from django.db import connections
+
+from artifacts.db import server_spoke_while_idle
 
 __all__ = ["WS_DB_THREADS", "run_db", "stop_threads"]
 
@@ -58,7 +61,9 @@ def _replace_broken_connections() -> None:
     idle = now - getattr(_last_call, "at", now) >= RECENT_SECONDS
     _last_call.at = now
     for connection in connections.all(initialized_only=True):
-        if connection.connection is not None and (connection.errors_occurred or idle):
+        if connection.connection is not None and (
+            connection.errors_occurred or idle or server_spoke_while_idle(connection.connection)
+        ):
             if connection.is_usable():
                 connection.errors_occurred = False
             else:

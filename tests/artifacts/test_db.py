@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
 import pytest
 from django.db import connection
 
-from artifacts.db import psycopg_connect_kwargs
+from artifacts.db import psycopg_connect_kwargs, server_spoke_while_idle
 
 
 def test_django_only_options_are_dropped_and_libpq_ones_kept() -> None:
@@ -43,3 +44,19 @@ def test_the_arguments_reach_the_database_django_uses() -> None:
     with psycopg.connect(autocommit=True, **psycopg_connect_kwargs()) as conn:
         row = conn.execute("SELECT current_database(), current_setting('application_name')")
         assert row.fetchone() == (expected, connection.settings_dict["OPTIONS"]["application_name"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_session_the_server_ended_is_seen_by_polling_its_socket() -> None:
+    with psycopg.connect(**psycopg_connect_kwargs(), autocommit=True) as idle:
+        idle.execute("SELECT 1").fetchone()
+        assert not server_spoke_while_idle(idle)  # a healthy idle session: nothing to read
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [idle.info.backend_pid])
+        deadline = time.monotonic() + 5
+        while not server_spoke_while_idle(idle) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server_spoke_while_idle(idle)
+        with pytest.raises(psycopg.OperationalError):
+            idle.execute("SELECT 1")
+    assert server_spoke_while_idle(idle)  # closed: certainly not usable
