@@ -30,6 +30,14 @@ def session() -> Iterator[psycopg.Connection]:
         yield conn
 
 
+def transaction_start(session: psycopg.Connection) -> datetime:
+    """Open a transaction on `session` (not in autocommit) and answer its start."""
+    row = session.execute("SELECT now()").fetchone()
+    assert row is not None
+    started: datetime = row[0]
+    return started
+
+
 def both_forms() -> tuple[datetime, datetime]:
     """FENCE_SQL and the reference, in one transaction (one now(), one activity snapshot)."""
     with transaction.atomic(), connection.cursor() as cursor:
@@ -39,7 +47,7 @@ def both_forms() -> tuple[datetime, datetime]:
 
 
 def test_an_open_transaction_holds_the_fence_at_its_start(session: psycopg.Connection) -> None:
-    started = session.execute("SELECT now()").fetchone()[0]  # opens the transaction
+    started = transaction_start(session)
     assert read_fence() == started
     ours, reference = both_forms()
     assert ours == reference == started
@@ -80,7 +88,7 @@ def test_the_server_processes_are_not_client_sessions() -> None:
 
 
 def test_the_asyncio_read_is_the_same_statement(session: psycopg.Connection) -> None:
-    started = session.execute("SELECT now()").fetchone()[0]
+    started = transaction_start(session)
 
     async def fence() -> datetime:
         async with await psycopg.AsyncConnection.connect(
