@@ -1,0 +1,157 @@
+"""Where a quiet continuation round's relay CPU goes: the whole ASGI application in-process.
+
+The round is the one `bench/load.py` drives with wrk (`POST /query`, NIP-98 signed, each
+request its own event id, nothing pending), but sent straight into `buzzrelay.asgi.application`
+on one event loop: no socket, no uvicorn, no load generator sharing the cores. So the figures
+are the relay's own work per round, in CPU time of the one thread that does it (the asyncio
+pool's reads run on the same loop), and the statements' server time is PostgreSQL's, not ours.
+
+It prints CPU microseconds per round (the median of `--runs` runs of `--rounds` rounds), the
+Python calls per round, and, with `--profile`, the functions that spent the most of it
+(cProfile, wall-clock: the time waiting for PostgreSQL shows as the event loop's `select`).
+
+    .venv/bin/python bench/profile_round.py                    # CPU us/round, calls/round
+    .venv/bin/python bench/profile_round.py --profile --top 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench._harness import relay_env, services  # noqa: E402
+from bench.load import HOST, READER_SECRET, migrate_and_community, prepare  # noqa: E402
+from nostr.nip98 import make_nip98_header  # noqa: E402
+
+PORT = 8000
+URL = f"http://{HOST}:{PORT}/query"
+
+
+def http_scope(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+    return {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1", "method": "POST", "scheme": "http", "path": "/query",
+        "raw_path": b"/query", "query_string": b"", "root_path": "",
+        "headers": headers, "server": (HOST, PORT), "client": ("127.0.0.1", 50000),
+    }
+
+
+async def post(app: Any, body: bytes, authorization: str) -> tuple[int, bytes]:
+    headers = [
+        (b"host", f"{HOST}:{PORT}".encode()), (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()), (b"authorization", authorization.encode()),
+    ]
+    sent = False
+    status = 0
+    chunks: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # the client stays connected
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(http_scope(headers), receive, send)
+    return status, b"".join(chunks)
+
+
+def query_body(progress: str | None) -> bytes:
+    return orjson.dumps([{"artifact": "current", "progress": progress, "limit": 1000}])
+
+
+async def quiet_token(app: Any) -> str:
+    """A finished round's token: the next round with it is a quiet continuation."""
+    progress = None
+    while True:
+        body = query_body(progress)
+        status, raw = await post(app, body, make_nip98_header(
+            READER_SECRET, url=URL, method="POST", body=body))
+        assert status == 200, raw
+        page = orjson.loads(raw)
+        progress = page["progress"]
+        if not page["more"]:
+            return str(progress)
+
+
+async def rounds(app: Any, body: bytes, headers: list[str]) -> None:
+    for authorization in headers:
+        status, raw = await post(app, body, authorization)
+        if status != 200:
+            raise RuntimeError(f"/query answered {status}: {raw[:300]!r}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1000, help="artifacts the reader holds")
+    parser.add_argument("--rounds", type=int, default=1000, help="rounds per run")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--save", metavar="FILE", help="write the cProfile stats to FILE")
+    args = parser.parse_args()
+
+    with services() as svc:
+        migrate_and_community(svc)
+        prepare(svc, args.n)
+        os.environ.update(relay_env(
+            svc, RELAY_RATE_LIMIT_ADDRESS_RATE="0", RELAY_RATE_LIMIT_PUBKEY_RATE="0"))
+        from buzzrelay.asgi import application
+
+        loop = asyncio.new_event_loop()
+        token = loop.run_until_complete(quiet_token(application))
+        body = query_body(token)
+
+        def signed(count: int) -> list[str]:
+            return [make_nip98_header(READER_SECRET, url=URL, method="POST", body=body)
+                    for _ in range(count)]
+
+        loop.run_until_complete(rounds(application, body, signed(300)))  # warm
+        cpu: list[float] = []
+        for _ in range(args.runs):
+            headers = signed(args.rounds)
+            started = time.thread_time()
+            loop.run_until_complete(rounds(application, body, headers))
+            cpu.append((time.thread_time() - started) / args.rounds * 1e6)
+        profiler = cProfile.Profile()
+        headers = signed(args.rounds)
+        profiler.enable()
+        loop.run_until_complete(rounds(application, body, headers))
+        profiler.disable()
+        stats = pstats.Stats(profiler)
+        calls = sum(entry[1] for entry in stats.stats.values())  # type: ignore[attr-defined]
+        print(f"quiet continuation round, in-process: {statistics.median(cpu):.0f} us CPU"
+              f" (median of {args.runs} x {args.rounds}; runs {[round(c) for c in cpu]}),"
+              f" {calls / args.rounds:.0f} Python calls per round")
+        if args.save:
+            stats.dump_stats(args.save)
+        if args.profile:
+            stats.sort_stats("tottime").print_stats(args.top)
+            stats.sort_stats("cumulative").print_stats(args.top)
+        loop.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
