@@ -16,7 +16,6 @@ from weakref import WeakKeyDictionary
 
 import redis.asyncio
 from django.conf import settings
-from django.core.cache import caches
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis.exceptions import NoScriptError, RedisError
@@ -62,15 +61,28 @@ _redis_down_until = 0.0
 _script_sha: str | None = None
 
 
+# The raw client of each cache configuration (its BACKEND and LOCATION), kept for the process:
+# Django keeps cache objects per thread and asyncio context, so `get_redis_connection` built a
+# new cache, client and 169-entry callback table for every live publish (each publish is a
+# task of its own): a tenth of a write's relay CPU in a profile. redis-py clients are
+# thread-safe (each command takes a connection from the shared pool).
+_sync_clients: dict[tuple[str, str], Any] = {}
+
+
 def redis_client() -> Any | None:
     """The raw Redis client behind the default cache, or None (no Redis, or it just failed)."""
     if time.monotonic() < _redis_down_until:
         return None
     if not _cache_is_redis():
         return None
-    from django_redis import get_redis_connection
+    default: dict[str, Any] = settings.CACHES["default"]
+    key = (str(default["BACKEND"]), repr(default.get("LOCATION")))
+    client = _sync_clients.get(key)
+    if client is None:
+        from django_redis import get_redis_connection
 
-    return get_redis_connection("default")
+        client = _sync_clients.setdefault(key, get_redis_connection("default"))
+    return client
 
 
 class RedisUnavailable(Exception):
@@ -101,7 +113,9 @@ def async_redis_client() -> Any:
 
 
 def _cache_is_redis() -> bool:
-    return type(caches["default"]).__module__.split(".")[0] == "django_redis"
+    # From the settings, not `caches["default"]`, which builds a cache object in every new
+    # thread and asyncio context.
+    return str(settings.CACHES["default"]["BACKEND"]).split(".")[0] == "django_redis"
 
 
 def mark_redis_down() -> None:
@@ -118,6 +132,7 @@ def _caches_changed(*, setting: str, **kwargs: Any) -> None:
         _redis_down_until = 0.0
         _script_sha = None
         _async_clients.clear()
+        _sync_clients.clear()
 
 
 class _LocalBuckets:

@@ -112,3 +112,29 @@ def test_limits_are_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
     limits = read_config().rate_limits
     assert (limits.pubkey_rate, limits.address_burst) == (0.0, 5000)
     assert limits.address_rate > 0 and limits.pubkey_burst >= 1
+
+
+def test_one_redis_client_serves_every_thread_and_task_of_the_process() -> None:
+    """Django keeps a cache object per thread and asyncio context; the raw client must not be
+    rebuilt with it (a client per live publish cost a tenth of a write)."""
+    import asyncio
+    import threading
+
+    first = redis_client()
+    assert first is not None
+    seen: list[object] = []
+    thread = threading.Thread(target=lambda: seen.append(redis_client()))
+    thread.start()
+    thread.join()
+
+    async def in_tasks() -> list[object]:
+        async def one() -> object:
+            return redis_client()
+
+        return list(await asyncio.gather(one(), one()))
+
+    seen.extend(asyncio.run(in_tasks()))
+    assert all(client is first for client in seen)
+    with override_settings(CACHES=UNREACHABLE_REDIS):  # another configuration, another client
+        other = redis_client()
+        assert other is not None and other is not first
