@@ -101,8 +101,10 @@ def _multiprocess_dir() -> str | None:
 
 
 if _multiprocess_dir() and values.ValueClass._multiprocess:
-    # A worker that exits leaves its live gauges (open WebSockets) behind otherwise.
-    atexit.register(multiprocess.mark_process_dead, os.getpid())
+    # A worker that exits leaves its live gauges (open WebSockets) behind otherwise. The
+    # directory is passed as it is now: `buzz-admin serve` unsets the variable (and removes its
+    # temporary directory) before the process exits, and the call would then fail at exit.
+    atexit.register(multiprocess.mark_process_dead, os.getpid(), _multiprocess_dir())
 
 
 @dataclass
