@@ -14,7 +14,11 @@ it would in real time. Database work per round comes from PostgreSQL's own accou
 the writer runs under another role and is not counted) and relay CPU from the server processes.
 
 **Throughput**: continuation rounds with nothing pending, every request NIP-98 signed (each
-with its own event id, pre-signed so the load generator stays cheap), driven by wrk.
+with its own event id, pre-signed so the load generator stays cheap), driven by wrk, against
+their **floor** run in the same invocation (after each run of the relay: `bench/round_floor.py`,
+the relay's own statements for that round recorded from its driver and replayed over as many
+connections by as many processes as the relay has workers, with a bare BIP-340 verify and a
+Redis SET NX per round), so "relay / floor" is what the HTTP edge and the relay's Python cost.
 
     bin/bootstrap bench && .venv/bin/python bench/load.py                # N = 10k, 100k
     .venv/bin/python bench/load.py --n 1000000 --clients 4 --minutes 2
@@ -468,6 +472,32 @@ def writes(server: Server, *, seconds: int, connections: int, expected_rps: int)
     return result, len(requests), int(counts.group(1)), int(counts.group(2))
 
 
+def floor_run(svc: Services, *, seconds: int, connections: int, processes: int) -> Run:
+    """One run of the rounds' floor (bench/round_floor.py) in processes of its own, as many
+    as the relay has workers, over the same number of connections."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "round_floor.py"), "--json", "--seconds",
+         str(seconds), "--connections", str(connections), "--processes", str(processes),
+         "--reader-secret", READER_SECRET, "--host", HOST],
+        env=relay_env(svc), capture_output=True, text=True, check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"bench/round_floor.py failed:\n{done.stderr[-3000:]}")
+    figures = orjson.loads(done.stdout.strip().splitlines()[-1])
+    return Run(figures["rate"], figures["p50_ms"], figures["p99_ms"], 0)
+
+
+def floor_row(figure: str, runs: dict[str, list[Run]], floor: list[Run]) -> list[object]:
+    rate = _median(floor, "rate")
+    return [
+        figure, f"{rate:.0f}", f"{_median(runs['baseline'], 'rate') / rate:.3f}",
+        f"{_median(runs['candidate'], 'rate') / rate:.3f}",
+        f"{_median(floor, 'p50_ms'):.1f} / {_median(floor, 'p99_ms'):.1f}",
+    ]
+
+
 def _median(runs: list[Run], attribute: str) -> float:
     return statistics.median(getattr(run, attribute) for run in runs)
 
@@ -513,7 +543,7 @@ def ab(
                     raise RuntimeError(f"{name} does not serve {root}'s code: {server.code}")
                 print(f"{name}: {label}; serving {server.code}", flush=True)
             _ab_figures(svc, sides, community_id=community_id, seconds=seconds, rounds=rounds,
-                        connections=connections)
+                        connections=connections, workers=workers)
         finally:
             for side in sides:
                 side.server.stop()
@@ -521,9 +551,10 @@ def ab(
 
 def _ab_figures(
     svc: Services, sides: list[Side], *, community_id: int, seconds: int, rounds: int,
-    connections: list[int],
+    connections: list[int], workers: int,
 ) -> None:
     summary: list[list[object]] = []
+    floors: list[list[object]] = []
     first = connections[0]
 
     # 1. Continuation rounds with nothing pending. A warm-up run per side also sizes how many
@@ -536,6 +567,7 @@ def _ab_figures(
         rates.append(result.requests_per_second)
     for conns in connections:
         runs: dict[str, list[Run]] = {side.name: [] for side in sides}
+        floor: list[Run] = []
         for _ in range(rounds):
             for side in sides:
                 result, signed, _ = throughput(side.server, seconds=seconds, connections=conns,
@@ -544,9 +576,14 @@ def _ab_figures(
                 runs[side.name].append(Run(
                     result.requests_per_second, result.p50_ms, result.p99_ms,
                     result.non_2xx + result.errors, _signed_enough(result, signed)))
+            floor.append(floor_run(svc, seconds=seconds, connections=conns, processes=workers))
+        print_table(["floor run", "rounds/s", "p50 ms", "p99 ms"],
+                    [[i + 1, f"{run.rate:.0f}", f"{run.p50_ms:.1f}", f"{run.p99_ms:.1f}"]
+                     for i, run in enumerate(floor)])
         print_runs(f"A/B: POST /query continuation rounds with nothing pending, {conns} "
                    f"connections, {seconds} s per run", "rounds", sides, runs)
         summary.append(summary_row(f"/query rounds, {conns} conns", runs))
+        floors.append(floor_row(f"/query rounds, {conns} conns", runs, floor))
 
     # 2. The NIP-11 document.
     runs = {side.name: [] for side in sides}
@@ -595,6 +632,10 @@ def _ab_figures(
           f"candidate {sides[1].label})")
     print_table(["figure", "baseline /s", "candidate /s", "candidate / baseline",
                  "p50 ms b / c", "p99 ms b / c", "p99 c / b", "failed b / c"], summary)
+    print("\nAgainst the floor (bench/round_floor.py: the same statements, a bare verify and a"
+          " Redis SET NX per round, no HTTP edge), medians of the runs interleaved above")
+    print_table(["figure", "floor /s", "baseline / floor", "candidate / floor",
+                 "floor p50 / p99 ms"], floors)
 
 
 def plot(results: list[PhaseResult]) -> Path:
@@ -724,6 +765,7 @@ def throughput_phase(svc: Services, args: argparse.Namespace) -> None:
     """Throughput of this tree alone (no --baseline)."""
     server = serve(svc, workers=args.workers, overlap=120)
     rows: list[tuple[int, Any]] = []
+    floors: list[Run] = []
     try:
         for connections in args.connections:
             result, signed, signing = throughput(
@@ -731,14 +773,19 @@ def throughput_phase(svc: Services, args: argparse.Namespace) -> None:
                 expected_rps=3000,
             )
             rows.append((connections, result))
+            floors.append(floor_run(svc, seconds=args.throughput_seconds,
+                                    connections=connections, processes=args.workers))
     finally:
         server.stop()
     print(f"\nthroughput: continuation rounds with nothing pending, NIP-98 on each "
           f"request (each run pre-signs {signed} requests, {signing:.1f} s), "
           f"{args.workers} workers of buzz-admin serve")
-    print_table(["connections", "rounds/s", "p50 ms", "p99 ms", "failed"],
+    print_table(["connections", "rounds/s", "p50 ms", "p99 ms", "failed", "floor /s",
+                 "relay / floor"],
                 [[c, f"{r.requests_per_second:.0f}", f"{r.p50_ms:.1f}",
-                  f"{r.p99_ms:.1f}", r.non_2xx + r.errors] for c, r in rows])
+                  f"{r.p99_ms:.1f}", r.non_2xx + r.errors, f"{f.rate:.0f}",
+                  f"{r.requests_per_second / f.rate:.3f}"]
+                 for (c, r), f in zip(rows, floors, strict=True)])
     if len(rows) > 1:
         print(f"plot: {plot_throughput(rows)}")
 
