@@ -8,7 +8,11 @@
    flight. Phase "create": each request creates a new artifact; phase "update": each updates one
    of them (compare-and-swap on its head). Every request carries its own NIP-98 header
    (signed before the phase starts), so Schnorr verification is in every figure. Rate limits
-   are turned off for the run (RELAY_RATE_LIMIT_*_RATE=0).
+   are turned off for the run (RELAY_RATE_LIMIT_*_RATE=0). Right after the create phase, its
+   floor in the same invocation ("create floor", bench/ingest_floor.py): the relay's own
+   statements for an accepted create, recorded from one real ingest and replayed with each
+   write's values, a bare verify and a commit, as many writes over as many connections and
+   processes; "relay / floor" is what everything else costs.
 
     .venv/bin/python bench/ingest.py                   # 2,000 writes per phase, 1 and 2 workers
     .venv/bin/python bench/ingest.py --n 20000 --workers 1 2 4 --concurrency 32
@@ -179,8 +183,24 @@ async def _drive(url: str, requests: list[tuple[bytes, str]], concurrency: int) 
     return elapsed, latencies, answers
 
 
+def floor_row(
+    template: Any, *, community_id: int, n: int, workers: int, concurrency: int, h: str,
+    settings: str, relay_rate: float,
+) -> list[object]:
+    """The create phase's floor (bench/ingest_floor.py), run right after it, as many writes
+    over as many connections and processes."""
+    from bench.ingest_floor import make_write, run_floor
+
+    writes = [make_write(secret=WRITER_SECRET, community_id=community_id, h=h,
+                         artifact_tags=artifact_tags) for _ in range(n)]
+    rate, p50, p99 = run_floor(template, writes, connections=concurrency, processes=workers)
+    return [settings, workers, "create floor", n, n, f"{rate:.0f}", f"{p50:.1f}", f"{p99:.1f}",
+            f"relay / floor {relay_rate / rate:.3f}"]
+
+
 def throughput(
-    svc: Any, *, n: int, workers: int, concurrency: int, h: str, settings: str
+    svc: Any, *, n: int, workers: int, concurrency: int, h: str, settings: str,
+    template: Any = None, community_id: int = 0,
 ) -> list[list[object]]:
     env = {**UNLIMITED, "DJANGO_SETTINGS_MODULE": SETTINGS[settings]}
     server = start_server("uvicorn", svc, workers=workers, **env)
@@ -210,6 +230,11 @@ def throughput(
                 f"{sorted(latencies)[int(0.99 * (len(latencies) - 1))] * 1000:.1f}",
                 str(refused) if refused else "-",
             ])
+            if op == "create" and template is not None:
+                rows.append(floor_row(
+                    template, community_id=community_id, n=n, workers=workers,
+                    concurrency=concurrency, h=h, settings=settings,
+                    relay_rate=len(accepted) / elapsed))
     finally:
         server.stop()
     return rows
@@ -243,11 +268,16 @@ def main() -> int:
         community = Community.objects.get(host=BENCH_HOST)
         h = uuid.uuid4()
         channel_create(community_id=community.pk, channel_id=h, name=f"bench {h.hex[:6]}")
+        from bench.ingest_floor import record_ingest
+
+        template = record_ingest(community=community, secret=WRITER_SECRET, h=str(h),
+                                 artifact_tags=artifact_tags)
         rows: list[list[object]] = []
         for settings in args.settings:
             for workers in args.workers:
                 rows += throughput(svc, n=args.n, workers=workers,
-                                   concurrency=args.concurrency, h=str(h), settings=settings)
+                                   concurrency=args.concurrency, h=str(h), settings=settings,
+                                   template=template, community_id=community.pk)
     print()
     print(f"POST /event, {args.concurrency} requests in flight (uvicorn, NIP-98 + Schnorr each)")
     print_table(["settings", "workers", "phase", "sent", "accepted", "writes/s", "p50 ms", "p99 ms",

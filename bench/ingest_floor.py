@@ -1,0 +1,179 @@
+"""The floor of an accepted write: what `POST /event` must do, without the relay around it.
+
+Per write: a bare BIP-340 verify of the event's signature (pre-decoded bytes), then the very
+statements the relay's ingest runs for an artifact create, in one transaction, committed. The
+statements are not written here: one ingest (`artifacts.services.ingest.ingest_event`) is
+recorded through a Django execute wrapper, and each floor write replays that recording with its
+own event's values put in place of the recorded one's (event id, artifact id, created_at, the
+stored text, the artifact's advisory-lock key), so the floor follows the relay's SQL as it
+changes and its writes contend exactly as the relay's would (distinct artifacts, distinct
+locks). Not in the floor: the HTTP and ASGI cycle, DRF, NIP-98, strict JSON parsing, the
+thread hop, the after-commit publish: what `bench/ingest.py` reports against it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import statistics
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+Params = list[Any] | dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Write:
+    """One pre-signed artifact create, as the floor needs it."""
+
+    event_id: str
+    created_at: int
+    artifact_id: uuid.UUID
+    raw: str
+    pubkey: bytes
+    digest: bytes
+    signature: bytes
+    lock_key: int
+
+
+@dataclass(frozen=True)
+class Template:
+    """The statements of one recorded ingest, and the write whose values they hold."""
+
+    statements: list[tuple[str, Params]]
+    write: Write
+
+
+def make_write(*, secret: str, community_id: int, h: str, artifact_tags: Any) -> Write:
+    import orjson
+
+    from artifacts.services.artifact_revisions import artifact_lock_key
+    from nostr.events import sign_event
+
+    d = uuid.uuid4()
+    event = sign_event(secret, kind=45010, content='{"version":1}', tags=artifact_tags(
+        op="create", d=str(d), h=h, title=f"floor {d.hex[:8]}"))
+    return Write(
+        event_id=event["id"], created_at=event["created_at"], artifact_id=d,
+        raw=orjson.dumps(event).decode(), pubkey=bytes.fromhex(event["pubkey"]),
+        digest=bytes.fromhex(event["id"]), signature=bytes.fromhex(event["sig"]),
+        lock_key=artifact_lock_key(community_id, d),
+    )
+
+
+def record_ingest(*, community: Any, secret: str, h: str, artifact_tags: Any) -> Template:
+    """Run one real ingest (Django set up, in this process) and record its statements."""
+    from django.db import connection
+
+    from artifacts.services.ingest import ingest_event
+    from nostr.schnorr import pubkey_from_secret
+
+    write = make_write(secret=secret, community_id=community.pk, h=h,
+                       artifact_tags=artifact_tags)
+    statements: list[tuple[str, Params]] = []
+
+    def recorder(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append((sql, list(params) if isinstance(params, tuple) else params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(recorder):
+        result = ingest_event(community=community, raw=write.raw.encode(),
+                              authenticated_pubkeys=(pubkey_from_secret(secret),))
+    if not (result.accepted and result.message == ""):
+        raise RuntimeError(f"the recorded ingest was not accepted: {result.message}")
+    return Template(statements, write)
+
+
+def substitute(template: Template, write: Write) -> list[tuple[str, Params]]:
+    """The template's statements with `write`'s values in place of the recorded write's."""
+    old = template.write
+    swap: dict[Any, Any] = {
+        old.event_id: write.event_id, old.created_at: write.created_at,
+        old.artifact_id: write.artifact_id, str(old.artifact_id): str(write.artifact_id),
+        old.raw: write.raw, old.lock_key: write.lock_key,
+    }
+
+    def one(value: Any) -> Any:
+        if isinstance(value, bool) or value is None:
+            return value
+        return swap.get(value, value)
+
+    statements: list[tuple[str, Params]] = []
+    for sql, params in template.statements:
+        if isinstance(params, dict):
+            statements.append((sql, {key: one(value) for key, value in params.items()}))
+        elif params is None:
+            statements.append((sql, None))
+        else:
+            statements.append((sql, [one(value) for value in params]))
+    return statements
+
+
+@dataclass(frozen=True)
+class _Job:
+    connect: dict[str, Any]
+    writes: list[tuple[Write, list[tuple[str, Params]]]]
+    connections: int
+
+
+def _floor_process(job: _Job, out: Any) -> None:
+    import psycopg
+    from coincurve import PublicKeyXOnly
+
+    async def main() -> tuple[float, list[float]]:
+        queue = list(reversed(job.writes))
+        latencies: list[float] = []
+        conns = [await psycopg.AsyncConnection.connect(
+            **job.connect, autocommit=True, cursor_factory=psycopg.AsyncClientCursor)
+            for _ in range(job.connections)]
+
+        async def loop_on(conn: Any) -> None:
+            while queue:
+                write, statements = queue.pop()
+                started = time.perf_counter()
+                assert PublicKeyXOnly(write.pubkey).verify(write.signature, write.digest)
+                async with conn.transaction():
+                    cursor = conn.cursor()
+                    for sql, params in statements:
+                        await cursor.execute(sql, params)
+                latencies.append(time.perf_counter() - started)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(loop_on(conn) for conn in conns))
+        elapsed = time.perf_counter() - started
+        for conn in conns:
+            await conn.close()
+        return elapsed, latencies
+
+    out.put(asyncio.run(main()))
+
+
+def run_floor(template: Template, writes: list[Write], *, connections: int,
+              processes: int) -> tuple[float, float, float]:
+    """(writes/s, p50 ms, p99 ms): `writes` through the floor over `connections` connections
+    shared by `processes` processes (the relay's worker count)."""
+    from artifacts.db import psycopg_connect_kwargs
+
+    connect = {k: v for k, v in psycopg_connect_kwargs().items() if k != "prepare_threshold"}
+    shares = [connections // processes + (i < connections % processes)
+              for i in range(processes)]
+    shares = [share for share in shares if share]
+    prepared = [(write, substitute(template, write)) for write in writes]
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    workers = [
+        context.Process(target=_floor_process, args=(
+            _Job(connect, prepared[i::len(shares)], share), queue))
+        for i, share in enumerate(shares)
+    ]
+    for worker in workers:
+        worker.start()
+    results = [queue.get() for _ in workers]
+    for worker in workers:
+        worker.join()
+    elapsed = max(seconds for seconds, _ in results)
+    latencies = sorted(latency for _, each in results for latency in each)
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    return len(latencies) / elapsed, statistics.median(latencies) * 1000, p99 * 1000
