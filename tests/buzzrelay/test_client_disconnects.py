@@ -7,7 +7,6 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -23,7 +22,7 @@ from tests.factories import (
     nip98_header,
     signed_event,
 )
-from tests.relay_server import RelayProcess, start_relay
+from tests.relay_server import RelayProcess
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,14 +30,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # an error that escaped, asgiref's for a torn-down executor).
 UNHANDLED = ("unhandled error", "Exception in ASGI application", "Traceback",
              "CurrentThreadExecutor", "I/O operation on closed file")
-
-
-@pytest.fixture(scope="module")
-def relay(django_db_setup: None, django_db_blocker: Any) -> Iterator[RelayProcess]:
-    with django_db_blocker.unblock():
-        relay = start_relay()
-    yield relay
-    relay.stop()
 
 
 def request_bytes(relay: RelayProcess, path: str, body: bytes, authorization: str,
@@ -62,8 +53,9 @@ def send_and_leave(relay: RelayProcess, raw: bytes, *, wait: float = 0.0) -> Non
 
 
 def test_clients_leaving_mid_request_leave_no_error_and_no_lost_or_half_write(
-    relay: RelayProcess,
+    relay_server: RelayProcess,
 ) -> None:
+    relay = relay_server
     community = make_community("127.0.0.1")
     author = make_key()
     h = make_channel(community, owner=author)

@@ -13,7 +13,7 @@ single short statements.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -33,21 +33,13 @@ from tests.factories import (
     signed_event,
     signed_post,
 )
-from tests.relay_server import RelayProcess, start_relay
+from tests.relay_server import RelayProcess
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TRIES = 40
 # Post one JSON body to a path, as a reader or author; answer (status, parsed body).
 Send = Callable[[str, Key, Any], tuple[int, Any]]
-
-
-@pytest.fixture(scope="module")
-def relay(django_db_setup: None, django_db_blocker: Any) -> Iterator[RelayProcess]:
-    with django_db_blocker.unblock():
-        served = start_relay()
-    yield served
-    served.stop()
 
 
 def in_process(host: str) -> Send:
@@ -113,6 +105,6 @@ def test_a_round_started_at_once_includes_the_write_in_process() -> None:
 
 
 def test_a_round_started_at_once_includes_the_write_on_a_served_relay(
-    relay: RelayProcess,
+    relay_server: RelayProcess,
 ) -> None:
-    check_read_your_writes(served(relay), make_community("127.0.0.1"))
+    check_read_your_writes(served(relay_server), make_community("127.0.0.1"))

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import orjson
@@ -21,17 +19,9 @@ from django.db import connection
 
 from tests.artifacts.api.test_read_your_writes import round_from, served
 from tests.factories import artifact_tags, make_channel, make_community, make_key, signed_event
-from tests.relay_server import RelayProcess, start_relay
+from tests.relay_server import RelayProcess
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(scope="module")
-def relay(django_db_setup: None, django_db_blocker: Any) -> Iterator[RelayProcess]:
-    with django_db_blocker.unblock():
-        relay = start_relay()
-    yield relay
-    relay.stop()
 
 
 def end_every_other_session() -> int:
@@ -46,7 +36,10 @@ def end_every_other_session() -> int:
     return ended
 
 
-def test_rounds_writes_and_nip11_right_after_every_session_ended(relay: RelayProcess) -> None:
+def test_rounds_writes_and_nip11_right_after_every_session_ended(
+    relay_server: RelayProcess,
+) -> None:
+    relay = relay_server
     send = served(relay)
     community = make_community("127.0.0.1")
     author, reader = make_key(), make_key()
