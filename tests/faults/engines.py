@@ -122,7 +122,7 @@ class RedisNode:
     port: int
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host=HOST, port=self.port, socket_timeout=2)
+        return redis.Redis(host=HOST, port=self.port, socket_timeout=2, decode_responses=True)
 
     def kill(self) -> None:
         _stop(self.process, signal.SIGKILL)
