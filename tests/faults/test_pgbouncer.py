@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from buzzrelay.admin_commands._pg import MIGRATION_LOCK_KEY
-from tests.faults.clients import Client, Collection, d_of, fresh_full_read
+from tests.faults.clients import Client, Collection, WsClient, d_of, fresh_full_read
 from tests.faults.deployment import ROOT, Deployment, Relay
 from tests.faults.engines import PgBouncer, start_pgbouncer
 from tests.faults.waits import wait_until
@@ -130,6 +130,14 @@ def test_rounds_writes_and_the_fence_through_transaction_pooling(
     # A fresh full read holds every write, and nothing else.
     full = fresh_full_read(outcome["owner"], {"#h": [outcome["channel"]]})
     assert set(full) == set(outcome["written"])
+    # WebSocket replay (REQ up to EOSE) reads through the pooler too.
+    ws = WsClient(pooled_relay.port, [outcome["owner"].secret])
+    try:
+        replayed = ws.req("replay", {"kinds": [45010], "#h": [outcome["channel"]], "limit": 500})
+    finally:
+        ws.close()
+    assert replayed[-1][0] == "EOSE", replayed[-1]
+    assert {d_of(m[2]) for m in replayed if m[0] == "EVENT"} == set(outcome["written"])
     sys.stderr.write(
         f"\ntransaction pooling: 24 writes and 24 rounds in {outcome['seconds']:.1f} s,"
         f" {len(outcome['problems'])} refused\n"
