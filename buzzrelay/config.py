@@ -79,6 +79,18 @@ class Config:
     # Who may read /metrics: a bearer token, and/or client networks; neither set: loopback only.
     metrics_token: str | None = None
     metrics_networks: tuple[str, ...] = ()
+    # What stands between the relay and PostgreSQL (DATABASE_POOLER): "" nothing, "session" or
+    # "transaction" (PgBouncer's pool_mode). Transaction pooling gives a client's statements no
+    # session of their own: no session settings, session advisory locks or prepared statements.
+    database_pooler: str = ""
+    # DATABASE_DIRECT_URL: PostgreSQL itself, for the work that needs a session (migrations and
+    # index builds under the schema lock, readiness evaluation under session timeouts); required
+    # with DATABASE_POOLER=transaction.
+    database_direct: DatabaseConfig | None = None
+    database_direct_url: str | None = None
+    # REDIS_SENTINELS: (host, port) of each Redis Sentinel; REDIS_URL's host then names the
+    # monitored master (redis://mymaster/0, django-redis' convention), found through them.
+    redis_sentinels: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -150,20 +162,20 @@ def _secret(name: str) -> str | None:
     return direct
 
 
-def parse_database_url(url: str) -> DatabaseConfig:
+def parse_database_url(url: str, variable: str = "DATABASE_URL") -> DatabaseConfig:
     parts = urlsplit(url)
     if parts.scheme not in ("postgres", "postgresql"):
         raise ConfigError(
-            "DATABASE_URL must look like postgres://user:password@host:5432/dbname "
+            f"{variable} must look like postgres://user:password@host:5432/dbname "
             f"(got scheme {parts.scheme or 'none'!r})"
         )
     name = unquote(parts.path.lstrip("/"))
     if not name:
-        raise ConfigError("DATABASE_URL names no database (postgres://user@host:5432/dbname)")
+        raise ConfigError(f"{variable} names no database (postgres://user@host:5432/dbname)")
     try:
         port = parts.port
     except ValueError:
-        raise ConfigError("DATABASE_URL has a port that is not a number") from None
+        raise ConfigError(f"{variable} has a port that is not a number") from None
     options: dict[str, str] = {}
     for pair in filter(None, parts.query.split("&")):
         key, _, value = pair.partition("=")
@@ -305,14 +317,61 @@ def _static_root(raw: str | None) -> str | None:
     return raw
 
 
+POOLER_MODES = ("", "session", "transaction")
+
+
+def _database_pooler(database: DatabaseConfig | None) -> tuple[str, DatabaseConfig | None]:
+    """DATABASE_POOLER and DATABASE_DIRECT_URL, checked together."""
+    pooler = (_env("DATABASE_POOLER") or "").strip().lower()
+    if pooler in ("none", "off"):
+        pooler = ""
+    if pooler not in POOLER_MODES:
+        raise ConfigError(
+            f"DATABASE_POOLER must be session or transaction, or unset (got {pooler!r})"
+        )
+    direct_url = _env("DATABASE_DIRECT_URL")
+    direct = parse_database_url(direct_url, "DATABASE_DIRECT_URL") if direct_url else None
+    if pooler == "transaction" and database is not None and direct is None:
+        raise ConfigError(
+            "DATABASE_POOLER=transaction needs DATABASE_DIRECT_URL: PostgreSQL itself, not the"
+            " pooler, for what needs a session of its own (buzz-admin migrate and build-indexes"
+            " hold the schema's advisory lock; readiness runs under session timeouts)"
+        )
+    return pooler, direct
+
+
+def _redis_sentinels(redis_url: str | None) -> tuple[tuple[str, int], ...]:
+    raw = _env("REDIS_SENTINELS")
+    if raw is None:
+        return ()
+    if redis_url is None or urlsplit(redis_url).scheme not in ("redis", "rediss") or not (
+        urlsplit(redis_url).hostname
+    ):
+        raise ConfigError(
+            "REDIS_SENTINELS needs REDIS_URL=redis://<master name>/<db> (its host part names"
+            " the master the sentinels monitor)"
+        )
+    sentinels = []
+    for entry in raw.split(","):
+        host, _, port = entry.strip().rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(
+                f"REDIS_SENTINELS must be host:port[,host:port...] (got {entry.strip()!r})"
+            )
+        sentinels.append((host.strip("[]"), int(port)))
+    return tuple(sentinels)
+
+
 def read_config() -> Config:
     database_url = _env("DATABASE_URL")
     database = parse_database_url(database_url) if database_url else None
+    database_pooler, database_direct = _database_pooler(database)
     redis_url = _env("REDIS_URL")
     if redis_url and urlsplit(redis_url).scheme not in ("redis", "rediss", "unix"):
         raise ConfigError(
             f"REDIS_URL must start with redis://, rediss:// or unix:// (got {redis_url!r})"
         )
+    redis_sentinels = _redis_sentinels(redis_url)
 
     configured = _secret("RELAY_SIGNING_KEY")
     # Without a configured key the relay still serves, but its tokens die with the process and
@@ -350,7 +409,15 @@ def read_config() -> Config:
         debug=debug,
         overlap_seconds=_int("ARTIFACT_SYNC_OVERLAP_SECONDS", 120, minimum=0),
         database_pool_size=_int("DATABASE_POOL_SIZE", 16, minimum=1, unit="connections"),
-        database_prepared_statements=_bool("DATABASE_PREPARED_STATEMENTS", True),
+        # PgBouncer < 1.21 (Debian 12 ships 1.18) does not track prepared statements across
+        # transaction-pooled connections; 1.21+ with max_prepared_statements does: set true.
+        database_prepared_statements=_bool(
+            "DATABASE_PREPARED_STATEMENTS", database_pooler != "transaction"
+        ),
+        database_pooler=database_pooler,
+        database_direct=database_direct,
+        database_direct_url=_env("DATABASE_DIRECT_URL"),
+        redis_sentinels=redis_sentinels,
         front_door=_bool("RELAY_FRONT_DOOR", True),
         token_max_age_seconds=_int("ARTIFACT_SYNC_TOKEN_MAX_AGE", 30 * 86400, minimum=60),
         body_timeout_seconds=_int("RELAY_BODY_TIMEOUT_SECONDS", 10, minimum=1),

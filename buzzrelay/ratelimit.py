@@ -14,11 +14,12 @@ import time
 from typing import Any
 from weakref import WeakKeyDictionary
 
-import redis.asyncio
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis.exceptions import NoScriptError, RedisError
+
+from buzzrelay.redis_topology import async_redis
 
 __all__ = [
     "RedisUnavailable",
@@ -102,11 +103,14 @@ def async_redis_client() -> Any:
     if client is None:
         if not _cache_is_redis():
             raise RedisUnavailable
-        # The cache's own Redis (its LOCATION), so the buckets and claims are where the cache is.
-        location: Any = settings.CACHES["default"]["LOCATION"]
-        client = redis.asyncio.Redis.from_url(
+        # The cache's own Redis (its LOCATION, or the master its sentinels name), so the
+        # buckets and claims are where the cache is.
+        cache: dict[str, Any] = settings.CACHES["default"]
+        location: Any = cache["LOCATION"]
+        sentinels = cache.get("OPTIONS", {}).get("SENTINELS") or ()
+        client = async_redis(
             location if isinstance(location, str) else location[0],
-            socket_connect_timeout=0.5, socket_timeout=0.5,
+            tuple((str(host), int(port)) for host, port in sentinels),
         )
         _async_clients[loop] = client
     return client

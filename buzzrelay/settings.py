@@ -8,6 +8,11 @@ from psycopg_pool import ConnectionPool
 
 from buzzrelay import VERSION
 from buzzrelay.config import load_config
+from buzzrelay.redis_topology import (
+    REDIS_TIMEOUT_SECONDS,
+    channel_layer_host,
+    sentinel_cache_options,
+)
 from nostr.events import EventLimits
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -91,6 +96,9 @@ if CONFIG.database is not None:
             # process's threads bounds them; each checkout is health-checked, so a restarted
             # PostgreSQL is reconnected to without restarting the relay.
             "CONN_MAX_AGE": 0,
+            # Behind transaction pooling a server-side cursor (QuerySet.iterator(), WITH HOLD
+            # outside a transaction) would outlive the transaction that pins its connection.
+            "DISABLE_SERVER_SIDE_CURSORS": CONFIG.database_pooler == "transaction",
             "OPTIONS": {
                 **_db.options,
                 "application_name": RELAY_APPLICATION_NAME,
@@ -119,22 +127,23 @@ else:
     DATABASES = {}
 
 if CONFIG.redis_url:
+    # Redis being down must not take the relay down: rate limits and replay claims have their
+    # own fallbacks, so fail fast instead of hanging requests.
     CACHES = {
         "default": {
             "BACKEND": "django_redis.cache.RedisCache",
             "LOCATION": CONFIG.redis_url,
             "OPTIONS": {
-                # Redis being down must not take the relay down: rate limits and replay claims
-                # have their own fallbacks, so fail fast instead of hanging requests.
-                "SOCKET_CONNECT_TIMEOUT": 0.5,
-                "SOCKET_TIMEOUT": 0.5,
+                "SOCKET_CONNECT_TIMEOUT": REDIS_TIMEOUT_SECONDS,
+                "SOCKET_TIMEOUT": REDIS_TIMEOUT_SECONDS,
+                **sentinel_cache_options(CONFIG.redis_sentinels),
             },
         }
     }
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [CONFIG.redis_url]},
+            "CONFIG": {"hosts": [channel_layer_host(CONFIG.redis_url, CONFIG.redis_sentinels)]},
         }
     }
 else:

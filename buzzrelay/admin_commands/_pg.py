@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import psycopg
 
@@ -116,29 +116,74 @@ def _lock_holders(session: psycopg.Connection[Any]) -> list[int]:
     return [int(row[0]) for row in rows]
 
 
+# The parts of a DATABASES entry that say where the database is (OPTIONS are merged: the
+# relay's own options, the application_name above all, stay).
+_WHERE = ("NAME", "USER", "PASSWORD", "HOST", "PORT")
+
+
+@contextmanager
+def direct_database() -> Iterator[None]:
+    """Within the block, Django's default connection and `connect()` reach PostgreSQL itself
+    (DATABASE_DIRECT_URL) when DATABASE_URL is a transaction-mode pooler; else as they are.
+
+    Behind transaction pooling a session-level advisory lock is taken on whichever server
+    connection ran that statement and stays there, held for nobody (and released by nobody)
+    once the pooler hands the connection to another client; the migrations' and index builds'
+    session settings would leak the same way. So the schema's work runs on a direct session.
+    """
+    from django.conf import settings
+    from django.db import connection
+
+    config = settings.CONFIG
+    if config.database_pooler != "transaction":
+        yield
+        return
+    # buzzrelay.config refuses DATABASE_POOLER=transaction without DATABASE_DIRECT_URL.
+    assert config.database_direct is not None
+    direct = config.database_direct.django_settings()
+    entry = connection.settings_dict
+    saved = {key: entry.get(key) for key in _WHERE}
+    saved_options = dict(entry.get("OPTIONS") or {})
+    _close_with_pool(connection)
+    entry.update({key: direct[key] for key in _WHERE})
+    entry["OPTIONS"] = {**saved_options, **cast(dict[str, Any], direct["OPTIONS"])}
+    try:
+        yield
+    finally:
+        _close_with_pool(connection)
+        entry.update(saved)
+        entry["OPTIONS"] = saved_options
+
+
 @contextmanager
 def migration_lock(out: TextIO) -> Iterator[None]:
     """Hold the schema advisory lock for the block; waits (saying so) while another run has it.
 
     The session holding it stays idle outside any transaction, so it never delays the
-    concurrent index builds (which wait for every transaction older than themselves).
+    concurrent index builds (which wait for every transaction older than themselves). The lock,
+    and everything the block does, is on PostgreSQL itself (see direct_database).
     """
-    session = connect("migration lock")
-    try:
-        acquired = session.execute("SELECT pg_try_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
-        row = acquired.fetchone()
-        if not (row and row[0]):
-            holders = ", ".join(str(pid) for pid in _lock_holders(session)) or "?"
-            out.write(
-                f"waiting for the migration lock: another buzz-admin migrate or build-indexes "
-                f"holds it (backend pid {holders})\n"
-            )
-            out.flush()
-            started = time.monotonic()
-            session.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
-            out.write(f"got the migration lock after {time.monotonic() - started:.1f} s\n")
-            out.flush()
-        yield
-    finally:
-        # Closing the session releases the lock, also when the block failed.
-        session.close()
+    with direct_database():
+        session = connect("migration lock")
+        try:
+            _take_lock(session, out)
+            yield
+        finally:
+            # Closing the session releases the lock, also when the block failed.
+            session.close()
+
+
+def _take_lock(session: psycopg.Connection[Any], out: TextIO) -> None:
+    acquired = session.execute("SELECT pg_try_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
+    row = acquired.fetchone()
+    if not (row and row[0]):
+        holders = ", ".join(str(pid) for pid in _lock_holders(session)) or "?"
+        out.write(
+            f"waiting for the migration lock: another buzz-admin migrate or build-indexes "
+            f"holds it (backend pid {holders})\n"
+        )
+        out.flush()
+        started = time.monotonic()
+        session.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
+        out.write(f"got the migration lock after {time.monotonic() - started:.1f} s\n")
+        out.flush()

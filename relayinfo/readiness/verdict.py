@@ -162,14 +162,33 @@ def _in_event_loop() -> bool:
 
 
 def _own_connection_is_usable() -> bool:
-    """Django's connection of this thread can be used: no caller transaction, no event loop."""
-    return not _in_event_loop() and not django_connection.in_atomic_block
+    """Django's connection of this thread can be used: no caller transaction, no event loop,
+    and a session of its own (behind a transaction-mode pooler the evaluation's session
+    settings would land on whichever server connection ran them, and stay there for other
+    clients)."""
+    return (
+        not _in_event_loop() and not django_connection.in_atomic_block
+        and settings.CONFIG.database_pooler != "transaction"
+    )
 
 
 @contextmanager
 def separate_connection() -> Iterator[psycopg.Connection[Any]]:
-    """A short-lived autocommit connection to this deployment, named like every relay one."""
-    kwargs = psycopg_connect_kwargs(django_connection.settings_dict)
+    """A short-lived autocommit connection to this deployment, named like every relay one.
+
+    On PostgreSQL itself (DATABASE_DIRECT_URL) behind a transaction-mode pooler: its timeouts
+    are startup options, which PgBouncer refuses ("unsupported startup parameter: options"),
+    and session settings would not stay with this client there.
+    """
+    direct = settings.CONFIG.database_direct
+    if settings.CONFIG.database_pooler == "transaction" and direct is not None:
+        kwargs = psycopg_connect_kwargs({
+            **direct.django_settings(),
+            "OPTIONS": {**django_connection.settings_dict.get("OPTIONS", {}),
+                        **direct.options},
+        })
+    else:
+        kwargs = psycopg_connect_kwargs(django_connection.settings_dict)
     kwargs["application_name"] = settings.RELAY_APPLICATION_NAME
     kwargs.setdefault("connect_timeout", 5)
     budget = (

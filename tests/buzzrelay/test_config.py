@@ -21,6 +21,7 @@ VARIABLES = [
     "DATABASE_URL", "REDIS_URL", "RELAY_SIGNING_KEY", "RELAY_SIGNING_KEY_FILE",
     "RELAY_PREVIOUS_SIGNING_KEYS", "RELAY_PUBLIC_URL", "RELAY_TRUSTED_PROXIES", "SECRET_KEY",
     "SECRET_KEY_FILE", "DEBUG", "ARTIFACT_SYNC_OVERLAP_SECONDS", "ARTIFACT_SYNC_TOKEN_MAX_AGE",
+    "DATABASE_POOLER", "DATABASE_DIRECT_URL", "DATABASE_PREPARED_STATEMENTS", "REDIS_SENTINELS",
 ]
 
 
@@ -219,3 +220,53 @@ def test_secret_key_is_derived_from_the_relay_key_in_production(
     clean_environment.delenv("SECRET_KEY_FILE")
     clean_environment.setenv("DEBUG", "true")
     assert read_config().secret_key.startswith("buzz-dev-")
+
+
+def test_transaction_pooling_needs_a_direct_url_and_turns_prepared_statements_off(
+    clean_environment: pytest.MonkeyPatch,
+) -> None:
+    assert read_config().database_pooler == ""
+    assert read_config().database_prepared_statements is True
+    message = error_of(clean_environment, DATABASE_POOLER="transaction")
+    assert message.startswith("DATABASE_POOLER=transaction needs DATABASE_DIRECT_URL")
+    clean_environment.setenv("DATABASE_DIRECT_URL", "postgres://relay:pw@db.internal:5432/buzz")
+    config = read_config()
+    assert config.database_pooler == "transaction"
+    assert config.database_direct is not None and config.database_direct.port == "5432"
+    # Debian 12's PgBouncer (1.18) does not track prepared statements; 1.21+ may opt back in.
+    assert config.database_prepared_statements is False
+    clean_environment.setenv("DATABASE_PREPARED_STATEMENTS", "true")
+    assert read_config().database_prepared_statements is True
+    # Session pooling keeps a client's session: nothing changes, no direct URL needed.
+    clean_environment.delenv("DATABASE_DIRECT_URL")
+    clean_environment.delenv("DATABASE_PREPARED_STATEMENTS")
+    clean_environment.setenv("DATABASE_POOLER", "Session")
+    config = read_config()
+    assert (config.database_pooler, config.database_prepared_statements) == ("session", True)
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"DATABASE_POOLER": "statement"},
+         "DATABASE_POOLER must be session or transaction, or unset (got 'statement')"),
+        ({"DATABASE_DIRECT_URL": "mysql://db/buzz"},
+         "DATABASE_DIRECT_URL must look like postgres://user:password@host:5432/dbname"
+         " (got scheme 'mysql')"),
+        ({"REDIS_SENTINELS": "10.0.0.1:26379"},
+         "REDIS_SENTINELS needs REDIS_URL=redis://<master name>/<db> (its host part names the"
+         " master the sentinels monitor)"),
+        ({"REDIS_URL": "redis://mymaster/0", "REDIS_SENTINELS": "10.0.0.1:26379,10.0.0.2"},
+         "REDIS_SENTINELS must be host:port[,host:port...] (got '10.0.0.2')"),
+    ],
+)
+def test_bad_pooler_and_sentinel_values_are_refused(
+    clean_environment: pytest.MonkeyPatch, values: dict[str, str], expected: str
+) -> None:
+    assert error_of(clean_environment, **values) == expected
+
+
+def test_sentinels_are_listed(clean_environment: pytest.MonkeyPatch) -> None:
+    clean_environment.setenv("REDIS_URL", "redis://:secret@mymaster/3")
+    clean_environment.setenv("REDIS_SENTINELS", "10.0.0.1:26379, [fd00::2]:26380")
+    assert read_config().redis_sentinels == (("10.0.0.1", 26379), ("fd00::2", 26380))

@@ -121,9 +121,12 @@ def test_manage_py_migrate_waits_for_the_migration_lock_and_names_its_sessions(
             [sys.executable, "manage.py", "migrate"], stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, env=subprocess_env(DATABASE_URL=db.url), cwd=ROOT,
         )
+        # Waiting on the lock, not merely connected: a session shows in pg_stat_activity before
+        # its first statement, and unlocking then would let its try-lock succeed at once.
         wait_until(
             lambda: db.value(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                "SELECT count(*) FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid"
+                " WHERE a.application_name = %s AND l.locktype = 'advisory' AND NOT l.granted",
                 [f"buzz-admin/{VERSION} migration lock"],
             ) == 1,
             timeout=60, what="manage.py migrate to wait for the lock",
