@@ -54,7 +54,7 @@ HEX64 = re.compile(r"^[0-9a-f]{64}$")
 class TitleTag(Func):
     """The `title` tag's value of a stored event's JSON (None without one)."""
 
-    template = "(jsonb_path_query_first((%(expressions)s)::jsonb, '$.tags[*] ? (@[0] == \"title\")') ->> 1)"
+    template = "(jsonb_path_query_first((%(expressions)s)::jsonb, 'strict $.tags[*] ? (@[0] == \"title\")') ->> 1)"
     output_field = TextField()
 
 
@@ -190,6 +190,14 @@ class _ArtifactRowAdmin(UncountedAdmin):
     def author_shown(self, row: Any) -> str:
         return format_html('<code title="{}">{}…</code>', row.author or "", (row.author or "")[:12])
 
+    @admin.display(description="op")
+    def op_shown(self, row: Any) -> str:
+        return row.op or "-"
+
+    @admin.display(description="type")
+    def type_shown(self, row: Any) -> str:
+        return row.artifact_type or "-"
+
     @admin.display(description="redacted", boolean=True)
     def redacted(self, row: Any) -> bool:
         return row.redacted_at is not None
@@ -204,7 +212,7 @@ class _ArtifactRowAdmin(UncountedAdmin):
 
 @admin.register(ArtifactHead)
 class ArtifactHeadAdmin(_ArtifactRowAdmin):
-    list_display = ["artifact_id", "title_shown", "artifact_type", "op", "channel_id",
+    list_display = ["artifact_id", "title_shown", "artifact_type", "op_shown", "channel_id",
                     "author_shown", "community", "deleted", "redacted", "modified_at"]
     list_filter = ["community", ChannelFilter, TypeFilter, HeadOpFilter, AuthorFilter, TitleFilter,
                    "deleted"]
@@ -253,7 +261,7 @@ class ArtifactHeadAdmin(_ArtifactRowAdmin):
 
 @admin.register(ArtifactRevision)
 class ArtifactRevisionAdmin(_ArtifactRowAdmin):
-    list_display = ["event_id", "title_shown", "op", "artifact_type", "artifact_id", "channel_id",
+    list_display = ["event_id", "title_shown", "op", "type_shown", "artifact_id", "channel_id",
                     "author_shown", "community", "redacted", "modified_at"]
     list_filter = ["community", ArtifactFilter, ChannelFilter, TypeFilter, "op", AuthorFilter,
                    TitleFilter]

@@ -125,6 +125,10 @@ class UncountedChangeList(ChangeList):
         self.page_links = pages_around(self)
         self.page_label = page_label(self)
 
+    def get_ordering_field_columns(self) -> dict[int, str]:
+        # No column is sortable, so no header is marked as the sorted one.
+        return {}
+
     def get_ordering(self, request: HttpRequest, queryset: QuerySet[Any]) -> list[Any]:
         # Only the admin's own ordering, which an index serves: a crafted `?o=` would sort
         # the whole table.
