@@ -54,13 +54,18 @@ HEX64 = re.compile(r"^[0-9a-f]{64}$")
 class TitleTag(Func):
     """The `title` tag's value of a stored event's JSON (None without one)."""
 
-    template = "(jsonb_path_query_first((%(expressions)s)::jsonb, 'strict $.tags[*] ? (@[0] == \"title\")') ->> 1)"
+    template = (
+        "(jsonb_path_query_first((%(expressions)s)::jsonb,"
+        " 'strict $.tags[*] ? (@[0] == \"title\")') ->> 1)"
+    )
     output_field = TextField()
 
 
 def _event_of_row() -> QuerySet[Event]:
     """The stored event a head or revision row names: one probe of events_community_event_uniq."""
-    return Event.objects.filter(community_id=OuterRef("community_id"), event_id=OuterRef("event_id"))
+    return Event.objects.filter(
+        community_id=OuterRef("community_id"), event_id=OuterRef("event_id")
+    )
 
 
 def _with_event_columns(queryset: QuerySet[Any]) -> QuerySet[Any]:
@@ -204,9 +209,9 @@ class _ArtifactRowAdmin(UncountedAdmin):
 
     @admin.display(description="event")
     def stored_event(self, row: Any) -> str:
-        raw = Event.objects.filter(community_id=row.community_id, event_id=row.event_id).values_list(
-            "raw", flat=True
-        ).first()
+        raw = Event.objects.filter(
+            community_id=row.community_id, event_id=row.event_id
+        ).values_list("raw", flat=True).first()
         return format_html("<pre style='white-space: pre-wrap'>{}</pre>", raw or "(missing)")
 
 
@@ -222,17 +227,15 @@ class ArtifactHeadAdmin(_ArtifactRowAdmin):
     search_help_text = ("An artifact or channel UUID, an event id (any revision of the "
                         "artifact), or part of a title.")
     actions = ["redact_heads"]
-    fields = ["community", "artifact_id", "channel_id", "artifact_type", "event_id", "root",
-              "deleted", "created_at", "modified_at", "stored_event"]
-    readonly_fields = fields
+    readonly_fields = ["community", "artifact_id", "channel_id", "artifact_type", "event_id",
+                       "root", "deleted", "created_at", "modified_at", "stored_event"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         op = ArtifactRevision.objects.filter(
             community_id=OuterRef("community_id"), event_id=OuterRef("event_id")
         ).values("op")[:1]
-        return _with_event_columns(super().get_queryset(request).select_related("community")).annotate(
-            op=Subquery(op)
-        )
+        rows = super().get_queryset(request).select_related("community")
+        return _with_event_columns(rows).annotate(op=Subquery(op))
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
@@ -254,7 +257,8 @@ class ArtifactHeadAdmin(_ArtifactRowAdmin):
             return queryset.filter(match), False
         return queryset.filter(title__icontains=term), False
 
-    @admin.action(permissions=["moderate"], description="Redact the head event of selected artifacts")
+    @admin.action(permissions=["moderate"],
+                  description="Redact the head event of selected artifacts")
     def redact_heads(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         _redact(self, request, list(queryset), "head")
 
@@ -268,17 +272,16 @@ class ArtifactRevisionAdmin(_ArtifactRowAdmin):
     ordering = ["-id"]
     search_help_text = "An event id, an artifact UUID, or part of a title."
     actions = ["redact_revisions"]
-    fields = ["community", "event_id", "artifact_id", "channel_id", "op", "prev_event_id",
-              "source_channel_id", "created_at", "modified_at", "stored_event"]
-    readonly_fields = fields
+    readonly_fields = ["community", "event_id", "artifact_id", "channel_id", "op",
+                       "prev_event_id", "source_channel_id", "created_at", "modified_at",
+                       "stored_event"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         artifact_type = ArtifactHead.objects.filter(
             community_id=OuterRef("community_id"), artifact_id=OuterRef("artifact_id")
         ).values("artifact_type")[:1]
-        return _with_event_columns(super().get_queryset(request).select_related("community")).annotate(
-            artifact_type=Subquery(artifact_type)
-        )
+        rows = super().get_queryset(request).select_related("community")
+        return _with_event_columns(rows).annotate(artifact_type=Subquery(artifact_type))
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Any], search_term: str

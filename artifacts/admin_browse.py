@@ -19,7 +19,7 @@ statement budget bounds a rare value's walk.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from django.contrib import admin, messages
@@ -72,7 +72,7 @@ class UncountedPaginator(Paginator):
         number = self.validate_number(number)
         if number != self.page_number:
             raise EmptyPage("only the requested page is fetched")
-        return self._get_page(self._fetch()[: self.per_page], number, self)
+        return Page(self._fetch()[: self.per_page], number, self)
 
     def validate_number(self, number: Any) -> int:
         try:
@@ -125,7 +125,7 @@ class UncountedChangeList(ChangeList):
         self.page_links = pages_around(self)
         self.page_label = page_label(self)
 
-    def get_ordering_field_columns(self) -> dict[int, str]:
+    def get_ordering_field_columns(self) -> dict[int, Any]:
         # No column is sortable, so no header is marked as the sorted one.
         return {}
 
@@ -146,9 +146,8 @@ class UncountedAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     actions_selection_counter = False
-    sortable_by: Sequence[str] = ()
+    sortable_by = ()
     list_per_page = 50
-    show_all = False
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return UncountedChangeList
@@ -178,7 +177,7 @@ class TextFilter(admin.SimpleListFilter):
         # One entry so Django renders the filter; the template shows a text box instead.
         return [("", "")]
 
-    def choices(self, changelist: Any) -> Iterator[dict[str, Any]]:
+    def choices(self, changelist: Any) -> Iterator[Any]:
         others = [
             (key, value)
             for key, values in changelist.get_filters_params().items()

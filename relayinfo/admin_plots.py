@@ -36,7 +36,7 @@ LEFT, RIGHT, TOP, BOTTOM = 56, 16, 16, 40
 LAG_EDGES_MS = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 15000, 60000)
 SERIES_COLOURS = {"rounds": "#417690", "resets": "#ba2121", "pages": "#999999"}
 TIMELINE_HOURS = 24
-TIMELINE_INSTANCES = 12
+TIMELINE_INSTANCES = 12  # the most recently seen
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,8 @@ class LagBin:
 
 
 def _svg(label: str, body: Sequence[str], height: int = HEIGHT) -> SafeString:
-    return mark_safe(  # noqa: S308 - every text below is escaped, numbers are formatted
+    # Every text in `body` went through escape(); the rest is numbers formatted here.
+    return mark_safe(
         f'<svg class="plot" role="img" aria-label="{escape(label)}" viewBox="0 0 {WIDTH} {height}"'
         f' width="100%" style="max-width:{WIDTH}px" xmlns="http://www.w3.org/2000/svg">'
         f"<title>{escape(label)}</title>{''.join(body)}</svg>"
@@ -76,7 +77,10 @@ def lag_bins(*, overlap_ms: float, window_seconds: int = 3600) -> list[LagBin]:
         counts = dict(cursor.fetchall())
     lows = [edges[0] / 10, *edges]
     highs = [*edges, edges[-1] * 2]
-    return [LagBin(low, high, int(counts.get(i, 0))) for i, (low, high) in enumerate(zip(lows, highs))]
+    return [
+        LagBin(low, high, int(counts.get(i, 0)))
+        for i, (low, high) in enumerate(zip(lows, highs, strict=True))
+    ]
 
 
 def lag_plot(bins: Sequence[LagBin], *, overlap_ms: float) -> SafeString:
@@ -92,9 +96,10 @@ def lag_plot(bins: Sequence[LagBin], *, overlap_ms: float) -> SafeString:
             ' stroke="currentColor" stroke-width="1"/>']
     for b in bins:
         bar_h = b.count / peak * plot_h
+        bar_w = max(1.0, x(b.high_ms) - x(b.low_ms) - 2)
         body.append(
             f'<rect class="lag-bin" data-count="{b.count}" x="{x(b.low_ms) + 1:.1f}"'
-            f' y="{TOP + plot_h - bar_h:.1f}" width="{max(1.0, x(b.high_ms) - x(b.low_ms) - 2):.1f}"'
+            f' y="{TOP + plot_h - bar_h:.1f}" width="{bar_w:.1f}"'
             f' height="{bar_h:.1f}" fill="#417690"><title>{escape(_ms(b.low_ms))} to'
             f" {escape(_ms(b.high_ms))}: {b.count} writes</title></rect>"
         )
@@ -142,18 +147,26 @@ def traffic_plot(minutes: Sequence[MinuteTraffic]) -> SafeString:
 
 
 def fleet_timeline(*, refresh_seconds: float) -> SafeString:
-    """The last day of the fleet: one bar per instance, episodes in red, the epoch's last move."""
+    """The fleet (up to the last day): one bar per instance, episodes in red, the epoch's last
+    move."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT now()")
         row = cursor.fetchone()
     assert row is not None
     now: datetime = row[0]
-    start = now - timedelta(hours=TIMELINE_HOURS)
-    instances = list(RelayInstance.objects.filter(last_seen_at__gte=start)
+    horizon = now - timedelta(hours=TIMELINE_HOURS)
+    instances = list(RelayInstance.objects.filter(last_seen_at__gte=horizon)
                      .order_by("-last_seen_at")[:TIMELINE_INSTANCES])
     # Episodes still open, or closed within the window.
-    episodes = list(FleetEpisode.objects.filter(Q(closed_at__isnull=True) | Q(closed_at__gte=start))
-                    .order_by("-id")[:50])
+    episodes = list(
+        FleetEpisode.objects.filter(Q(closed_at__isnull=True) | Q(closed_at__gte=horizon))
+        .order_by("-id")[:50]
+    )
+    # The window: back to the earliest start shown (at least an hour, at most a day), so a
+    # fleet that started minutes ago is not a sliver at the right edge.
+    earliest = min([i.started_at for i in instances] + [e.opened_at for e in episodes],
+                   default=now)
+    start = max(horizon, min(earliest, now - timedelta(hours=1)))
     state = SyncState.objects.filter(pk=1).first()
     row_h = 18
     height = TOP + max(1, len(instances)) * row_h + BOTTOM + 10
@@ -195,8 +208,8 @@ def fleet_timeline(*, refresh_seconds: float) -> SafeString:
         body.append(_text(bx, bottom + 26, f"epoch {state.epoch}: {state.reason[:40]}"))
     body.append(f'<line x1="150" y1="{bottom}" x2="{150 + plot_w}" y2="{bottom}"'
                 ' stroke="currentColor" stroke-width="1"/>')
-    for hours_ago in range(TIMELINE_HOURS, -1, -6):
-        moment = now - timedelta(hours=hours_ago)
-        body.append(_text(x(moment), bottom + 13, "now" if hours_ago == 0 else f"-{hours_ago} h"))
-    return _svg("The fleet over the last day: instances, episodes, sync epoch", body, height)
+    for tick in range(5):
+        moment = start + (now - start) * tick / 4
+        body.append(_text(x(moment), bottom + 13, moment.strftime("%H:%M UTC")))
+    return _svg("The fleet: instances, episodes, sync epoch", body, height)
 

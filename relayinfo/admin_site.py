@@ -31,7 +31,9 @@ class BuzzAdminSite(admin.AdminSite):
         )
         return [page, *super().get_urls()]
 
-    def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
+    def index(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> TemplateResponse:
         """Django's index, headed by the verdict every surface shows (the serving process's,
         cached for a few seconds like NIP-11's: the index is visited often)."""
         from relayinfo.readiness import evaluate_readiness

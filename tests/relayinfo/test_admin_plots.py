@@ -71,7 +71,8 @@ def test_readiness_page_shows_the_three_plots_from_recorded_figures() -> None:
     assert rounds >= 2 and resets >= 1
     assert 'class="instance live"' in page
     # Django 6's breadcrumb markup: an ordered list, the current page marked.
-    assert '<ol class="breadcrumbs">' in page and '<li aria-current="page">Deployment readiness' in page
+    assert '<ol class="breadcrumbs">' in page
+    assert '<li aria-current="page">Deployment readiness' in page
 
 
 @pytest.mark.parametrize("broken", [False, True])
