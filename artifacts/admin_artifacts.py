@@ -45,7 +45,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 
 from artifacts.admin_browse import TextFilter, UncountedAdmin
-from artifacts.models import ArtifactHead, ArtifactRevision, Community, Event
+from artifacts.models import ArtifactHead, ArtifactRevision, Channel, Community, Event
 from artifacts.services.redactions import event_redact
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -244,9 +244,13 @@ class ArtifactHeadAdmin(_ArtifactRowAdmin):
         if not term:
             return queryset, False
         if (as_uuid := _as_uuid(term)) is not None:
-            return queryset.filter(
-                Q(artifact_id=as_uuid) | Q(channel_id=as_uuid), community_id__in=_community_ids()
-            ), False
+            # A channel's id or an artifact's, never both (random UUIDs): asking which first
+            # keeps each lookup on its own index. As one OR, PostgreSQL expects the thousands
+            # of heads of a channel and walks the newest-first index instead (1 s on 1M rows).
+            communities = _community_ids()
+            if Channel.objects.filter(community_id__in=communities, channel_id=as_uuid).exists():
+                return queryset.filter(community_id__in=communities, channel_id=as_uuid), False
+            return queryset.filter(community_id__in=communities, artifact_id=as_uuid), False
         if HEX64.match(term.lower()):
             owners = ArtifactRevision.objects.filter(
                 community_id__in=_community_ids(), event_id=term.lower()
