@@ -47,7 +47,9 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import Func, OuterRef, Q, QuerySet, Subquery, TextField
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.http import urlencode
 
 from artifacts.admin_browse import TextFilter, UncountedAdmin
 from artifacts.models import ArtifactHead, ArtifactRevision, Channel, Community, Event
@@ -233,7 +235,15 @@ class ArtifactHeadAdmin(_ArtifactRowAdmin):
                         "artifact), or part of a title.")
     actions = ["redact_heads"]
     readonly_fields = ["community", "artifact_id", "channel_id", "artifact_type", "event_id",
-                       "root", "deleted", "created_at", "modified_at", "stored_event"]
+                       "root", "deleted", "created_at", "modified_at", "history",
+                       "stored_event"]
+
+    @admin.display(description="history")
+    def history(self, row: ArtifactHead) -> str:
+        url = reverse("admin:artifacts_artifactrevision_changelist")
+        return format_html('<a href="{}?{}">every revision of this artifact</a>', url,
+                           urlencode({"community__id__exact": str(row.community_id),
+                                      "artifact": str(row.artifact_id)}))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         op = ArtifactRevision.objects.filter(

@@ -170,7 +170,10 @@ def test_read_only_except_moderation(world: World, staff: Client) -> None:
     assert staff.get(f"{HEADS}add/").status_code == 403
     detail = staff.get(f"{HEADS}{head.pk}/change/")
     assert detail.status_code == 200
-    assert "Launch plan v2" in detail.content.decode()  # the stored event, shown
+    shown = detail.content.decode()
+    assert "Launch plan v2" in shown  # the stored event
+    history = f"{REVISIONS}?community__id__exact={world.community.pk}&amp;artifact={world.plan}"
+    assert history in shown
     posted = staff.post(f"{HEADS}{head.pk}/change/", {"channel_id": world.design})
     assert posted.status_code == 403
     assert staff.post(f"{HEADS}{head.pk}/delete/").status_code == 403
