@@ -98,9 +98,8 @@ class UncountedChangeList(ChangeList):
     """Django's change list with one page fetched by `UncountedPaginator` and nothing counted."""
 
     def get_results(self, request: HttpRequest) -> None:
-        paginator = UncountedPaginator(
-            self.queryset, self.list_per_page, page_number=max(1, int(self.page_num))
-        )
+        self.page_num = max(1, int(self.page_num))  # ?p=0 or ?p=-3: the first page
+        paginator = UncountedPaginator(self.queryset, self.list_per_page, page_number=self.page_num)
         rows = paginator._fetch()
         if paginator.timed_out:
             messages.warning(
