@@ -140,11 +140,14 @@ class ChannelForm(forms.ModelForm):  # type: ignore[type-arg]
 
 def _channel_action(service: str, done: str) -> Any:
     def action(admin_: ChannelAdmin, request: HttpRequest, queryset: QuerySet[Channel]) -> None:
-        changed = sum(
-            bool(getattr(channel_services, service)(
-                community_id=channel.community_id, channel_id=channel.channel_id))
-            for channel in queryset
-        )
+        verb = service.split("_", 1)[1]
+        changed = 0
+        for channel in queryset:
+            if getattr(channel_services, service)(
+                community_id=channel.community_id, channel_id=channel.channel_id
+            ):
+                changed += 1
+                admin_.log_change(request, channel, f"{verb.capitalize()}d the channel.")
         admin_.message_user(request, f"{changed} channel(s) {done}.", messages.SUCCESS)
 
     action.__name__ = service
@@ -245,10 +248,19 @@ class ChannelMemberAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.action(description="Remove selected members")
     def remove_members(self, request: HttpRequest, queryset: QuerySet[ChannelMember]) -> None:
-        self.delete_queryset(request, queryset)
+        # The row stays (removed_at): the removal is a change of it, logged as one.
+        for member in queryset:
+            if member_remove(community_id=member.community_id, channel_id=member.channel_id,
+                             pubkey=member.pubkey):
+                self.log_change(request, member, "Removed the member from the channel.")
 
     @admin.action(description="Rejoin selected members (same role)")
     def rejoin_members(self, request: HttpRequest, queryset: QuerySet[ChannelMember]) -> None:
         for member in queryset:
-            member_put(community_id=member.community_id, channel_id=member.channel_id,
-                       pubkey=member.pubkey, role=member.role)
+            if member_put(community_id=member.community_id, channel_id=member.channel_id,
+                          pubkey=member.pubkey, role=member.role):
+                self.log_change(request, member, f"Rejoined the member as {member.role}.")
+
+
+# Heads and revisions: browsing and moderation (registered on import).
+from artifacts import admin_artifacts  # noqa: E402, F401

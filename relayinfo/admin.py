@@ -14,6 +14,7 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
+from relayinfo.admin_plots import fleet_timeline, lag_bins, lag_plot, traffic_plot
 from relayinfo.metrics import round_traffic, stamp_lag
 from relayinfo.models import (
     AuthReplayClaim,
@@ -49,6 +50,7 @@ def readiness_context() -> dict[str, Any]:
         fence_now = _current_fence_lag_ms()
     except Exception:
         fence_now = None
+    overlap_ms = settings.ARTIFACT_SYNC_OVERLAP_SECONDS * 1000
     return {
         "report": report,
         "areas": [
@@ -64,6 +66,11 @@ def readiness_context() -> dict[str, Any]:
         "traffic": traffic,
         "recent_minutes": [m for m in traffic.per_minute[-15:]][::-1],
         "refresh_seconds": settings.RELAY_FLEET_REFRESH_SECONDS,
+        "plots": {
+            "lag": lag_plot(lag_bins(overlap_ms=overlap_ms), overlap_ms=overlap_ms),
+            "traffic": traffic_plot(traffic.per_minute),
+            "fleet": fleet_timeline(refresh_seconds=settings.RELAY_FLEET_REFRESH_SECONDS),
+        },
     }
 
 

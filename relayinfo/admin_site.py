@@ -1,4 +1,5 @@
-"""The relay's Django admin site: Django's own, plus the staff deployment-readiness page.
+"""The relay's Django admin site: Django's own, plus the staff deployment-readiness page and the
+readiness verdict (with its failing items) on the index.
 
 Installed through `relayinfo.admin_apps.BuzzAdminConfig`, so `django.contrib.admin.site` is this
 site and every app's admin.py registers on it as usual.
@@ -10,6 +11,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path, reverse
 
 
@@ -28,6 +30,16 @@ class BuzzAdminSite(admin.AdminSite):
             name="relayinfo_readiness",
         )
         return [page, *super().get_urls()]
+
+    def index(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> TemplateResponse:
+        """Django's index, headed by the verdict every surface shows (the serving process's,
+        cached for a few seconds like NIP-11's: the index is visited often)."""
+        from relayinfo.readiness import evaluate_readiness
+
+        context = {"readiness": evaluate_readiness(), **(extra_context or {})}
+        return super().index(request, extra_context=context)
 
     def get_app_list(self, request: HttpRequest, app_label: str | None = None) -> list[Any]:
         """Django's list, with the readiness page first under "Relay deployment"."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.test import Client
 
 from artifacts.models import Channel, ChannelMember, Community
@@ -155,3 +156,37 @@ def test_a_community_added_in_the_admin_keeps_its_information(
     created = Community.objects.get(host="new.example")
     assert (created.description, created.terms_of_service, created.contact) == (
         "New here.", "https://new.example/terms", "")
+
+
+def test_channel_actions_are_logged_with_the_staff_user(
+    admin_client: Client, community: Community
+) -> None:
+    h = make_channel(community)
+    channel = Channel.objects.get(channel_id=h)
+    for action in ("channel_archive", "channel_unarchive", "channel_archive"):
+        admin_client.post("/admin/artifacts/channel/",
+                          {"action": action, "_selected_action": [channel.pk]})
+    # Archiving an archived channel changes nothing, so it is neither stamped nor logged.
+    admin_client.post("/admin/artifacts/channel/",
+                      {"action": "channel_archive", "_selected_action": [channel.pk]})
+    entries = LogEntry.objects.filter(object_id=str(channel.pk)).order_by("id")
+    assert [e.get_change_message() for e in entries] == [
+        "Archived the channel.", "Unarchived the channel.", "Archived the channel."]
+    assert {e.user.username for e in entries} == {"admin"}
+
+
+def test_member_removal_action_stamps_and_is_logged(
+    admin_client: Client, community: Community
+) -> None:
+    member = make_key()
+    h = make_channel(community, visibility="private")
+    add_member(community, h, member)
+    row = ChannelMember.objects.get(pubkey=member.pubkey)
+    stamp = row.sync_modified_at
+    admin_client.post("/admin/artifacts/channelmember/",
+                      {"action": "remove_members", "_selected_action": [row.pk]})
+    row.refresh_from_db()
+    assert row.removed_at is not None and row.sync_modified_at > stamp
+    entry = LogEntry.objects.get(object_id=str(row.pk))
+    assert entry.user.username == "admin" and entry.action_flag == CHANGE
+    assert entry.get_change_message() == "Removed the member from the channel."

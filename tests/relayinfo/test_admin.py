@@ -10,20 +10,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.test import Client
 
-from artifacts.models import Community
+from artifacts.models import ArtifactHead, Community, Event
 from artifacts.schema import INDEXES_BY_NAME
 from relayinfo import metrics
 from relayinfo.models import RelayInstance
+from tests.factories import create_artifact, make_channel, make_key
 from tests.relay_server import start_relay
 from tests.relayinfo.conftest import execute, transactional
 
 pytestmark = transactional
 
 PAGE = "/admin/relayinfo/readiness/"
-SECTIONS = ("verdict", "checks", "columns", "indexes", "ledger", "fleet", "epoch", "lag", "traffic")
+SECTIONS = ("verdict", "checks", "columns", "indexes", "ledger", "fleet", "epoch", "lag", "plots",
+            "traffic")
 OUTPUT = Path(__file__).resolve().parents[2] / "test-output"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -136,6 +139,12 @@ def test_readiness_page_and_api_docs_in_chromium_under_buzz_admin_serve(
     from relayinfo import fleet
 
     fleet.register_instance(instance=uuid.uuid4())
+    author = make_key()
+    channel = make_channel(community, name="general", owner=author)
+    create_artifact(community, author, channel, title="Quarterly roadmap")
+    target, target_head = create_artifact(community, author, channel, title="Leaked secret")
+    staff.is_superuser = True  # moderation needs the change permission on heads
+    staff.save()
     OUTPUT.mkdir(exist_ok=True)
     relay = start_relay()
     try:
@@ -143,8 +152,14 @@ def test_readiness_page_and_api_docs_in_chromium_under_buzz_admin_serve(
             _drive(browser, relay.url, server_pid=relay.process.pid)
     finally:
         relay.stop()
-    assert (OUTPUT / "readiness-page.png").stat().st_size > 10_000
-    assert (OUTPUT / "api-docs-page.png").stat().st_size > 10_000
+    for shot in ("readiness-page", "api-docs-page", "admin-index", "artifact-heads",
+                 "artifact-redacted"):
+        assert (OUTPUT / f"{shot}.png").stat().st_size > 10_000, shot
+    # The redaction clicked in the browser went through the writer and is on record.
+    assert Event.objects.get(event_id=target_head).deleted_at is not None
+    assert LogEntry.objects.get(change_message__contains=target_head
+                                ).user.username == "operator"
+    assert ArtifactHead.objects.get(artifact_id=target).event_id == target_head
 
 
 def _styled(page: Any, selector: str) -> None:
@@ -196,7 +211,36 @@ def _drive(browser: Any, base: str, *, server_pid: int) -> None:
     assert str(server_pid) in page.locator("#fleet").inner_text()
     assert page.locator("#fleet tbody tr").first.inner_text().count("0.1.0") == 1
     _styled(page, "#header")
+    for figure in ("plot-lag", "plot-traffic", "plot-fleet"):
+        assert page.locator(f"#{figure} svg").is_visible(), figure
+    assert page.locator("#plot-fleet svg rect.instance.live").count() >= 2
+    assert page.locator("ol.breadcrumbs li").count() == 3
     page.screenshot(path=str(OUTPUT / "readiness-page.png"), full_page=True)
+
+    # The admin index heads with the verdict, linking the page.
+    page.goto(f"{base}/admin/")
+    assert page.locator("#readiness-verdict").inner_text().startswith("Ready.")
+    page.screenshot(path=str(OUTPUT / "admin-index.png"), full_page=True)
+
+    # Heads: browse, filter by title, redact one through the action.
+    page.goto(f"{base}/admin/artifacts/artifacthead/")
+    rows = page.locator("#result_list tbody tr")
+    assert rows.count() == 2
+    assert "Quarterly roadmap" in rows.all_inner_texts()[0] + rows.all_inner_texts()[1]
+    page.fill("#changelist-filter input[name=title]", "leaked")
+    page.press("#changelist-filter input[name=title]", "Enter")
+    page.wait_for_url("**title=leaked**")
+    assert rows.count() == 1 and "Leaked secret" in rows.first.inner_text()
+    assert "Quarterly roadmap" not in page.locator("#result_list").inner_text()
+    _styled(page, "#header")
+    page.screenshot(path=str(OUTPUT / "artifact-heads.png"), full_page=True)
+    rows.first.locator("input.action-select").check()
+    page.select_option("select[name=action]", "redact_heads")
+    page.click("button[name=index]")
+    page.wait_for_load_state()
+    assert "1 event(s) redacted" in page.locator(".messagelist").inner_text()
+    assert page.locator("#result_list tbody tr").first.locator("img[alt=True]").count() == 1
+    page.screenshot(path=str(OUTPUT / "artifact-redacted.png"), full_page=True)
 
     # The API docs: Swagger UI from drf-spectacular-sidecar's static files ran and drew the
     # document's title.
