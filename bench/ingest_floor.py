@@ -3,7 +3,8 @@
 Per write: a bare BIP-340 verify of the event's signature (pre-decoded bytes), then the very
 statements the relay's ingest runs for an artifact create, in one transaction, committed. The
 statements are not written here: one ingest (`artifacts.services.ingest.ingest_event`) is
-recorded through a Django execute wrapper, and each floor write replays that recording with its
+recorded as psycopg receives it (bound by the client or prepared, as the relay sends each), and
+each floor write replays that recording with its
 own event's values put in place of the recorded one's (event id, artifact id, created_at, the
 stored text, the artifact's advisory-lock key), so the floor follows the relay's SQL as it
 changes and its writes contend exactly as the relay's would (distinct artifacts, distinct
@@ -39,10 +40,18 @@ class Write:
 
 
 @dataclass(frozen=True)
+class Statement:
+    sql: str
+    params: Params
+    prepare: bool | None
+    client_side: bool  # bound by the client (Django's cursors) or by the server
+
+
+@dataclass(frozen=True)
 class Template:
     """The statements of one recorded ingest, and the write whose values they hold."""
 
-    statements: list[tuple[str, Params]]
+    statements: list[Statement]
     write: Write
 
 
@@ -64,29 +73,37 @@ def make_write(*, secret: str, community_id: int, h: str, artifact_tags: Any) ->
 
 
 def record_ingest(*, community: Any, secret: str, h: str, artifact_tags: Any) -> Template:
-    """Run one real ingest (Django set up, in this process) and record its statements."""
-    from django.db import connection
+    """Run one real ingest (Django set up, in this process) and record its statements as psycopg
+    received them: Django's client-bound ones and the prepared ones alike."""
+    import psycopg
 
     from artifacts.services.ingest import ingest_event
     from nostr.schnorr import pubkey_from_secret
 
     write = make_write(secret=secret, community_id=community.pk, h=h,
                        artifact_tags=artifact_tags)
-    statements: list[tuple[str, Params]] = []
+    statements: list[Statement] = []
+    execute = psycopg.Cursor.execute
 
-    def recorder(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        statements.append((sql, list(params) if isinstance(params, tuple) else params))
-        return execute(sql, params, many, context)
+    def recorder(self: Any, query: Any, params: Any = None, *, prepare: bool | None = None,
+                 **kw: Any) -> Any:
+        statements.append(Statement(
+            str(query), list(params) if isinstance(params, tuple) else params, prepare,
+            isinstance(self, psycopg.ClientCursor)))
+        return execute(self, query, params, prepare=prepare, **kw)
 
-    with connection.execute_wrapper(recorder):
+    psycopg.Cursor.execute = recorder  # type: ignore[method-assign]
+    try:
         result = ingest_event(community=community, raw=write.raw.encode(),
                               authenticated_pubkeys=(pubkey_from_secret(secret),))
+    finally:
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
     if not (result.accepted and result.message == ""):
         raise RuntimeError(f"the recorded ingest was not accepted: {result.message}")
     return Template(statements, write)
 
 
-def substitute(template: Template, write: Write) -> list[tuple[str, Params]]:
+def substitute(template: Template, write: Write) -> list[Statement]:
     """The template's statements with `write`'s values in place of the recorded write's."""
     old = template.write
     swap: dict[Any, Any] = {
@@ -100,21 +117,23 @@ def substitute(template: Template, write: Write) -> list[tuple[str, Params]]:
             return value
         return swap.get(value, value)
 
-    statements: list[tuple[str, Params]] = []
-    for sql, params in template.statements:
+    statements: list[Statement] = []
+    for statement in template.statements:
+        params = statement.params
         if isinstance(params, dict):
-            statements.append((sql, {key: one(value) for key, value in params.items()}))
-        elif params is None:
-            statements.append((sql, None))
-        else:
-            statements.append((sql, [one(value) for value in params]))
+            params = {key: one(value) for key, value in params.items()}
+        elif params is not None:
+            params = [one(value) for value in params]
+        statements.append(Statement(statement.sql, params, statement.prepare,
+                                    statement.client_side))
     return statements
 
 
 @dataclass(frozen=True)
 class _Job:
     connect: dict[str, Any]
-    writes: list[tuple[Write, list[tuple[str, Params]]]]
+    prepare_threshold: int | None
+    writes: list[tuple[Write, list[Statement]]]
     connections: int
 
 
@@ -126,7 +145,7 @@ def _floor_process(job: _Job, out: Any) -> None:
         queue = list(reversed(job.writes))
         latencies: list[float] = []
         conns = [await psycopg.AsyncConnection.connect(
-            **job.connect, autocommit=True, cursor_factory=psycopg.AsyncClientCursor)
+            **job.connect, autocommit=True, prepare_threshold=job.prepare_threshold)
             for _ in range(job.connections)]
 
         async def loop_on(conn: Any) -> None:
@@ -135,9 +154,11 @@ def _floor_process(job: _Job, out: Any) -> None:
                 started = time.perf_counter()
                 assert PublicKeyXOnly(write.pubkey).verify(write.signature, write.digest)
                 async with conn.transaction():
-                    cursor = conn.cursor()
-                    for sql, params in statements:
-                        await cursor.execute(sql, params)
+                    client, server = psycopg.AsyncClientCursor(conn), conn.cursor()
+                    for statement in statements:
+                        cursor = client if statement.client_side else server
+                        await cursor.execute(statement.sql, statement.params,
+                                             prepare=statement.prepare)
                 latencies.append(time.perf_counter() - started)
 
         started = time.perf_counter()
@@ -156,7 +177,8 @@ def run_floor(template: Template, writes: list[Write], *, connections: int,
     shared by `processes` processes (the relay's worker count)."""
     from artifacts.db import psycopg_connect_kwargs
 
-    connect = {k: v for k, v in psycopg_connect_kwargs().items() if k != "prepare_threshold"}
+    connect = psycopg_connect_kwargs()
+    prepare_threshold = connect.pop("prepare_threshold")  # as the relay's connections have it
     shares = [connections // processes + (i < connections % processes)
               for i in range(processes)]
     shares = [share for share in shares if share]
@@ -165,7 +187,7 @@ def run_floor(template: Template, writes: list[Write], *, connections: int,
     queue = context.Queue()
     workers = [
         context.Process(target=_floor_process, args=(
-            _Job(connect, prepared[i::len(shares)], share), queue))
+            _Job(connect, prepare_threshold, prepared[i::len(shares)], share), queue))
         for i, share in enumerate(shares)
     ]
     for worker in workers:

@@ -12,6 +12,7 @@ from uuid import UUID
 from django.db import connection
 
 from artifacts.models import Channel, ChannelMember
+from artifacts.selectors.budget import execute_prepared
 from artifacts.selectors.readability import channel_is_readable, type_is_allowed
 
 _ACCESS_SQL = """
@@ -68,10 +69,12 @@ class ChannelAccess:
 
 def channel_access(*, community_id: int, channel_id: UUID, pubkey: str) -> ChannelAccess:
     with connection.cursor() as cursor:
-        cursor.execute(
-            _ACCESS_SQL, {"community": community_id, "channel": channel_id, "pubkey": pubkey}
+        # Prepared: every write asks, and planning the joins cost 8x running them.
+        rows = execute_prepared(
+            cursor, _ACCESS_SQL, {"community": community_id, "channel": channel_id,
+                                  "pubkey": pubkey}
         )
-        row = cursor.fetchone()
+    row = rows[0] if rows else None
     if row is None:
         raise LookupError(f"community {community_id} does not exist")
     enabled, types, open_creation, is_admin, visibility, archived, role = row

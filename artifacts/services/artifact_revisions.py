@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import connection
 
 from artifacts.models import ArtifactRevision
+from artifacts.selectors.budget import execute_prepared
 from artifacts.selectors.permissions import ChannelAccess, channel_access
 from artifacts.services.errors import Invalid, Restricted
 from artifacts.services.tags import checked_tag, event_id_value, uuid_value
@@ -139,13 +140,13 @@ def artifact_revision_accept(*, ctx: WriteContext, event: Event, now: int) -> No
             "SELECT pg_advisory_xact_lock(%s)",
             [artifact_lock_key(ctx.community_id, envelope.artifact_id)],
         )
-        cursor.execute(
+        rows = execute_prepared(
+            cursor,
             "SELECT event_id, channel_id, artifact_type, root, deleted FROM artifact_heads"
             " WHERE community_id = %s AND artifact_id = %s FOR UPDATE",
             [ctx.community_id, envelope.artifact_id],
         )
-        row = cursor.fetchone()
-    head = Head(*row) if row is not None else None
+    head = Head(*rows[0]) if rows else None
 
     source = _check_transition(ctx, envelope, head, home, author)
     _advance_head(ctx, event, envelope, head, source)

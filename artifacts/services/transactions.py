@@ -25,6 +25,7 @@ from uuid import UUID
 from django.db import connection, transaction
 
 from artifacts.models import Event as EventRow
+from artifacts.selectors.budget import execute_prepared
 from artifacts.services.stamp_lag import record_lag
 from artifacts.signals import StoredEvent, access_changed, events_committed
 from nostr.events import Event
@@ -133,7 +134,8 @@ def store_event(ctx: WriteContext, *, event: Event, channel_id: UUID | None) -> 
     find it: exactly one of them stores the event.
     """
     with connection.cursor() as cursor:
-        cursor.execute(
+        rows = execute_prepared(
+            cursor,
             "INSERT INTO events (community_id, event_id, pubkey, kind, created_at, channel_id,"
             " raw, received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, statement_timestamp())"
             " ON CONFLICT (community_id, event_id) DO NOTHING RETURNING id",
@@ -147,7 +149,7 @@ def store_event(ctx: WriteContext, *, event: Event, channel_id: UUID | None) -> 
                 event.raw,
             ],
         )
-        stored = cursor.fetchone() is not None
+        stored = bool(rows)
     if stored:
         ctx.announce(event=event, channel_id=channel_id)
     return stored
