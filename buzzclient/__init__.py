@@ -4,6 +4,9 @@ Pure Python on top of ``nostr/`` (no Django): NIP-11 discovery, NIP-98 signed ``
 rounds applied page by page with their progress tokens, NIP-42 live hints for ``--watch``.
 """
 
+# The client distribution's version (client/pyproject.toml reads it; `buzz-sync --version`).
+__version__ = "0.1.0"
+
 from buzzclient.backoff import RetryPolicy
 from buzzclient.errors import (
     BadKey,
@@ -22,6 +25,7 @@ from buzzclient.sync import Round, RoundSummary, Syncer, SyncFilter, sync_once
 from buzzclient.transport import RelayAddress, RelayHttp, RelayInfo
 
 __all__ = [
+    "__version__",
     "BadKey",
     "CollectionStore",
     "ConcurrentSync",
