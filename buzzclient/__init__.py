@@ -1,7 +1,8 @@
 """Buzz client: keeps local SQLite collections of a relay's artifacts current.
 
 Pure Python on top of ``nostr/`` (no Django): NIP-11 discovery, NIP-98 signed ``POST /query``
-rounds applied page by page with their progress tokens, NIP-42 live hints for ``--watch``.
+rounds applied page by page with their progress tokens, NIP-42 live hints for ``--watch``,
+and writes (``Publisher``) over ``POST /event``. docs/client.md documents the API.
 """
 
 # The client distribution's version (client/pyproject.toml reads it; `buzz-sync --version`).
@@ -19,17 +20,20 @@ from buzzclient.errors import (
     Unauthorized,
     UnknownCommunity,
 )
-from buzzclient.keys import load_secret
+from buzzclient.keys import encode_npub, load_secret, parse_pubkey, write_new_key
+from buzzclient.publish import ArtifactNotFound, Published, Publisher
 from buzzclient.store import CollectionStore
 from buzzclient.sync import Round, RoundSummary, Syncer, SyncFilter, sync_once
 from buzzclient.transport import RelayAddress, RelayHttp, RelayInfo
 
 __all__ = [
-    "__version__",
+    "ArtifactNotFound",
     "BadKey",
     "CollectionStore",
     "ConcurrentSync",
     "ProtocolViolation",
+    "Published",
+    "Publisher",
     "RelayAddress",
     "RelayBusy",
     "RelayHttp",
@@ -44,6 +48,10 @@ __all__ = [
     "Syncer",
     "Unauthorized",
     "UnknownCommunity",
+    "__version__",
+    "encode_npub",
     "load_secret",
+    "parse_pubkey",
     "sync_once",
+    "write_new_key",
 ]

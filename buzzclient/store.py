@@ -257,10 +257,6 @@ class CollectionStore:
                     f"another process is syncing this collection in {self.path}; try again"
                 )
             before = _state(row)
-            logger.debug(
-                "applying page: %d events, %d removed, more=%s reset=%s",
-                len(page.events), len(page.removed), page.more, page.reset,
-            )
             live, staging = before.live_slot, 1 - before.live_slot
             started_full = sent_progress is None or page.reset
             if started_full:

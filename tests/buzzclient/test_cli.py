@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from buzzclient.keys import encode_npub, load_secret
 from nostr.schnorr import generate_secret
 from tests.buzzclient.fake_relay import serve
 
@@ -43,7 +44,7 @@ def test_one_round_prints_one_summary_line(tmp_path: Path, key_file: Path) -> No
         lines = result.stdout.splitlines()
         assert len(lines) == 1
         assert lines[0].startswith(
-            "full round: +5 added, ~0 updated, -0 removed, 0 resets; 5 items in 3 pages, "
+            "full round: +5 added, ~0 updated, -0 removed; 5 items in 3 pages, "
         )
         relay.create(channel, "later")
         again = buzz_sync("--relay", relay.url, "--key-file", str(key_file), "--db", str(db),
@@ -83,8 +84,11 @@ def test_a_401_is_one_line_with_the_relay_s_reason(tmp_path: Path, key_file: Pat
         result = buzz_sync("--relay", relay.url, "--key-file", str(key_file),
                            "--db", str(tmp_path / "x.sqlite"))
     assert result.returncode == 1
+    # The first run names the community first (NIP-11 answered), then the one-line error.
     assert result.stderr.splitlines() == [
-        f"buzz-sync: error: relay {relay.url} refused our key (401): this pubkey is banned"
+        f'buzz-sync: {relay.url} serves "fake"; first sync of {tmp_path / "x.sqlite"} as '
+        f"{encode_npub(load_secret(key_file)[1])}",
+        f"buzz-sync: error: relay {relay.url} refused our key (401): this pubkey is banned",
     ]
 
 
