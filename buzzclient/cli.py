@@ -213,7 +213,7 @@ def _set_up_logging(verbose: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = list(sys.argv[1:] if argv is None else argv)
+    arguments = _command_first(list(sys.argv[1:] if argv is None else argv))
     if arguments and arguments[0] in COMMANDS[1:]:
         args = build_parser().parse_args(arguments)
         _set_up_logging(args.verbose)
@@ -230,6 +230,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_sync_parser().parse_args(arguments)
     _set_up_logging(args.verbose)
     return run_sync(args, Output(args))
+
+
+_OUTPUT_FLAGS = frozenset({"--json", "-q", "--quiet", "-v", "-vv", "--verbose"})
+
+
+def _command_first(arguments: list[str]) -> list[str]:
+    """``buzz-sync --json create ...`` as ``buzz-sync create --json ...``: the output options
+    are everyone's, so they may come before the command too."""
+    leading = 0
+    while leading < len(arguments) and arguments[leading] in _OUTPUT_FLAGS:
+        leading += 1
+    if leading < len(arguments) and arguments[leading] in COMMANDS:
+        return [arguments[leading], *arguments[:leading], *arguments[leading + 1:]]
+    return arguments
 
 
 def run_sync(args: argparse.Namespace, out: Output) -> int:
