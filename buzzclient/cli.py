@@ -32,13 +32,14 @@ from buzzclient.errors import BadKey, SyncError
 from buzzclient.keys import encode_npub, load_secret, parse_pubkey, write_new_key
 from buzzclient.progress import ProgressLine
 from buzzclient.publish import ROLES, Published, Publisher
-from buzzclient.sync import RoundSummary, Syncer
+from buzzclient.store import CollectionStore
+from buzzclient.sync import RoundSummary, Syncer, plural
 from buzzclient.transport import RelayAddress, RelayHttp, RelayInfo
 from buzzclient.watch import watch
 
 PROG = "buzz-sync"
 COMMANDS = (
-    "sync", "keygen", "whoami", "create-channel", "grant", "revoke",
+    "sync", "keygen", "whoami", "list", "create-channel", "grant", "revoke",
     "create", "update", "move", "delete", "restore",
 )
 
@@ -130,6 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
                   "the relay serves at that URL")
     _add_key(sub)
     _add_relay(sub, required=False)
+    sub.add_argument("--pubkey", action="store_true",
+                     help="print the hex pubkey only (for buzz-admin community --add-admin)")
+    sub = command("list", "print the local collection: one line per artifact (id, channel, "
+                  "type, title)")
+    _add_relay(sub)
+    _add_key(sub)
+    _add_db(sub, required=True)
 
     def writer(name: str, help_: str, *, lookup: bool = False) -> argparse.ArgumentParser:
         sub = command(name, help_)
@@ -318,6 +326,21 @@ def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
+def run_list(args: argparse.Namespace, out: Output) -> int:
+    _secret, pubkey = load_secret(args.key_file)
+    address = _address(args.relay)
+    with CollectionStore(args.db) as store:
+        rows = store.listing(relay=address.base_url, community=address.host, reader=pubkey)
+    if out.json:
+        for row in rows:
+            out.result("", row)
+    else:
+        for row in rows:
+            out.result(f"{row['d']}  {row['channel']}  {row['type']}  {row['title']}", row)
+        out.status(f"{plural(len(rows), 'artifact')} in {args.db} for {address.base_url}")
+    return 0
+
+
 def _community(base_url: str, info: RelayInfo) -> str:
     name = f'"{info.name}"' if info.name else "a community with no name"
     return f"{base_url} serves {name}"
@@ -336,6 +359,9 @@ def run_keygen(args: argparse.Namespace, out: Output) -> int:
 
 def run_whoami(args: argparse.Namespace, out: Output) -> int:
     _secret, pubkey = load_secret(args.key_file)
+    if args.pubkey:
+        out.result(pubkey, {"pubkey": pubkey})
+        return 0
     npub = encode_npub(pubkey)
     lines = [f"npub:   {npub}", f"pubkey: {pubkey}"]
     data: dict[str, Any] = {"npub": npub, "pubkey": pubkey}
@@ -361,8 +387,18 @@ def _publisher(args: argparse.Namespace) -> Publisher:
     return Publisher(relay_url=args.relay, secret_hex=secret, db=getattr(args, "db", None))
 
 
-def _answer(out: Output, published: Published, text: str = "", **data: Any) -> int:
-    """Prints the relay's OK answer (and what it made, once accepted); exit 1 if refused."""
+def _answer(
+    out: Output, published: Published, text: str = "", *, made: str | None = None, **data: Any
+) -> int:
+    """Prints the relay's OK answer (and what it made, once accepted); exit 1 if refused.
+    With ``-q`` an accepted write prints only the id of what it made (for ``$(...)``), a
+    refusal goes to stderr."""
+    if out.quiet and not out.json:
+        if published.accepted:
+            sys.stdout.write((made or published.event_id) + "\n")
+            sys.stdout.flush()
+            return 0
+        return _fail(published.line(), 1)
     line = published.line()
     if published.accepted and text:
         line += "\n" + text
@@ -398,7 +434,7 @@ def run_create_channel(args: argparse.Namespace, out: Output, publisher: Publish
     visibility = ("private: only its members read it" if args.private else
                   f"open: every key on {publisher.address.host} reads it")
     return _answer(out, published, f"channel {channel} {args.name!r} ({visibility})",
-                   channel=channel, private=args.private)
+                   made=channel, channel=channel, private=args.private)
 
 
 @_writing
@@ -422,7 +458,8 @@ def run_create(args: argparse.Namespace, out: Output, publisher: Publisher) -> i
     published = publisher.create_artifact(channel=args.channel, type=args.type,
                                           title=args.title, content=args.content, d=args.id)
     d = published.event.tags[1][1]
-    return _answer(out, published, f"artifact {d} {args.title!r} in {args.channel}", d=d)
+    return _answer(out, published, f"artifact {d} {args.title!r} in {args.channel}",
+                   made=d, d=d)
 
 
 def _revision(op: str) -> Callable[[argparse.Namespace, Output], int]:
@@ -454,6 +491,7 @@ def _revision(op: str) -> Callable[[argparse.Namespace, Output], int]:
 COMMAND_RUNNERS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
     "keygen": run_keygen,
     "whoami": run_whoami,
+    "list": run_list,
     "create-channel": run_create_channel,
     "grant": run_grant,
     "revoke": run_revoke,
