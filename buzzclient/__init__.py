@@ -23,14 +23,24 @@ from buzzclient.errors import (
 from buzzclient.keys import encode_npub, load_secret, parse_pubkey, write_new_key
 from buzzclient.publish import ArtifactNotFound, Published, Publisher
 from buzzclient.store import CollectionStore
-from buzzclient.sync import Round, RoundSummary, Syncer, SyncFilter, sync_once
+from buzzclient.sync import (
+    HeadChanges,
+    Round,
+    RoundSummary,
+    Syncer,
+    SyncFilter,
+    diff_heads,
+    sync_once,
+)
 from buzzclient.transport import RelayAddress, RelayHttp, RelayInfo
+from buzzclient.watch import watch
 
 __all__ = [
     "ArtifactNotFound",
     "BadKey",
     "CollectionStore",
     "ConcurrentSync",
+    "HeadChanges",
     "ProtocolViolation",
     "Published",
     "Publisher",
@@ -49,9 +59,11 @@ __all__ = [
     "Unauthorized",
     "UnknownCommunity",
     "__version__",
+    "diff_heads",
     "encode_npub",
     "load_secret",
     "parse_pubkey",
     "sync_once",
+    "watch",
     "write_new_key",
 ]

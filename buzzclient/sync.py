@@ -316,6 +316,28 @@ class Syncer:
         return self.store.heads(self.collection_id)
 
 
+@dataclass(frozen=True)
+class HeadChanges:
+    """What changed between two ``Syncer.heads()`` snapshots, by artifact ``d``."""
+
+    added: frozenset[str]
+    updated: frozenset[str]
+    removed: frozenset[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.updated or self.removed)
+
+
+def diff_heads(before: dict[str, str], after: dict[str, str]) -> HeadChanges:
+    """Which artifacts a round added, updated (another head event) and removed: compare the
+    ``heads()`` taken before it with those after, to react to exactly what changed."""
+    return HeadChanges(
+        added=frozenset(after.keys() - before.keys()),
+        updated=frozenset(d for d in after.keys() & before.keys() if after[d] != before[d]),
+        removed=frozenset(before.keys() - after.keys()),
+    )
+
+
 def sync_once(
     *,
     relay_url: str,
