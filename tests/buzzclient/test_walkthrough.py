@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -42,10 +43,21 @@ def readme_walkthrough() -> str:
 
 
 def build_wheels(into: Path) -> dict[str, Path]:
+    """Both wheels, built from a copy of their sources: setuptools builds in the source tree
+    (`build/`, `*.egg-info`), which must stay clean of it."""
+    sources = into / "src"
+    ignore = shutil.ignore_patterns("__pycache__", "build", "*.egg-info")
+    sources.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, sources / name)
+    for package in ("buzzrelay", "artifacts", "relayinfo", "buzzclient", "nostr"):
+        shutil.copytree(ROOT / package, sources / package, ignore=ignore)
+    # The client's directory links to the packages; the copy holds them as files.
+    shutil.copytree(ROOT / "client", sources / "client", symlinks=False, ignore=ignore)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-         "--disable-pip-version-check", "--wheel-dir", str(into), str(ROOT / "client"),
-         str(ROOT)],
+         "--disable-pip-version-check", "--wheel-dir", str(into), str(sources / "client"),
+         str(sources)],
         check=True, capture_output=True, text=True, timeout=180, cwd=into,
     )
     return {path.name.split("-")[0]: path for path in into.glob("*.whl")}
