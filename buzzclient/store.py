@@ -257,6 +257,12 @@ class CollectionStore:
                     f"another process is syncing this collection in {self.path}; try again"
                 )
             before = _state(row)
+            # Logged inside the page's transaction (tests/buzzclient/test_crash_safety.py
+            # kills the client right after it).
+            logger.debug(
+                "applying page: %d events, %d removed, more=%s reset=%s",
+                len(page.events), len(page.removed), page.more, page.reset,
+            )
             live, staging = before.live_slot, 1 - before.live_slot
             started_full = sent_progress is None or page.reset
             if started_full:

@@ -106,15 +106,15 @@ def test_quickstart_serves_keeps_its_key_and_stops_cleanly(tmp_path: Path) -> No
         assert printed.group(2) == str(ROOT / ".venv" / "bin" / "buzz-admin")
         assert f"export BUZZ_RELAY=ws://127.0.0.1:{port} " in first.output
         admins = [pubkey_from_secret(generate_secret()) for _ in range(2)]
-        for admin in admins:
+        for new_admin in admins:
             added = subprocess.run(
                 [sys.executable, "-m", "buzzrelay.cli", "community", "--host", "127.0.0.1",
-                 "--add-admin", admin],
+                 "--add-admin", new_admin],
                 capture_output=True, text=True, timeout=60, cwd=ROOT,
                 env={**subprocess_env(), "DATABASE_URL": printed.group(1)},
             )
             assert added.returncode == 0, added.stdout + added.stderr
-        assert all(admin in added.stdout for admin in admins), added.stdout
+        assert all(key in added.stdout for key in admins), added.stdout
     finally:
         code = first.stop()
     assert code == 0, first.output
