@@ -92,11 +92,12 @@ def encode_npub(pubkey_hex: str) -> str:
 
 
 def parse_pubkey(text: str) -> str:
-    """A 64-character lowercase hex pubkey from hex or ``npub1...`` text; raises ``ValueError``."""
+    """A 64-character lowercase hex pubkey from hex (any case) or ``npub1...`` text; raises
+    ``ValueError``."""
     text = text.strip()
-    pubkey = bech32_decode(text, "npub").hex() if text.lower().startswith("npub1") else text
+    pubkey = bech32_decode(text, "npub").hex() if text.lower().startswith("npub1") else text.lower()
     if len(pubkey) != 64 or any(c not in "0123456789abcdef" for c in pubkey):
-        raise ValueError(f"{text!r} is not a pubkey (64 lowercase hex characters or npub1...)")
+        raise ValueError(f"{text!r} is not a pubkey (64 hex characters or npub1...)")
     return pubkey
 
 
