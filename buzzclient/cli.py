@@ -58,10 +58,10 @@ def _env_default(name: str) -> dict[str, Any]:
     return {"default": value} if value else {"required": True}
 
 
-def _add_output(parser: argparse.ArgumentParser) -> None:
+def _add_output(parser: argparse.ArgumentParser, quiet: str = "errors only") -> None:
     parser.add_argument("--json", action="store_true",
                         help="print JSON (one object per line) instead of sentences, for scripts")
-    parser.add_argument("-q", "--quiet", action="store_true", help="errors only")
+    parser.add_argument("-q", "--quiet", action="store_true", help=quiet)
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="show the relay's answers and retries (-v), and more (-vv)")
 
@@ -119,9 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help_: str) -> argparse.ArgumentParser:
+    def command(name: str, help_: str, quiet: str = "errors only") -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_, description=help_)
-        _add_output(sub)
+        _add_output(sub, quiet)
         return sub
 
     sub = command("keygen", "make a new key: writes it (nsec) to --key-file, mode 0600, never "
@@ -140,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_db(sub, required=True)
 
     def writer(name: str, help_: str, *, lookup: bool = False) -> argparse.ArgumentParser:
-        sub = command(name, help_)
+        sub = command(name, help_, "print only the id of what was made (the event's, or the "
+                      "new channel's or artifact's), for $(...); a refusal on stderr")
         _add_relay(sub)
         _add_key(sub)
         if lookup:
@@ -235,6 +236,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fail(str(exc), 1)
     if arguments and arguments[0] == "sync":
         arguments = arguments[1:]
+    elif arguments and not arguments[0].startswith("-"):
+        return _fail(f"unknown command {arguments[0]!r} (commands: {', '.join(COMMANDS)}; "
+                     "none: sync)", 2)
     args = build_sync_parser().parse_args(arguments)
     _set_up_logging(args.verbose)
     return run_sync(args, Output(args))

@@ -155,3 +155,9 @@ def test_verbose_shows_the_relay_s_answers_not_the_http_library_s(
     assert "relay answered: 1 event, 0 removals, more: false, reset: true" in result.stderr
     for internal in ("httpcore", "HTTP Request:", "connect_tcp", "send_request_headers"):
         assert internal not in result.stderr
+
+
+def test_an_unknown_command_is_named() -> None:
+    result = buzz_sync("pubish", "--title", "x")
+    assert result.returncode == 2
+    assert result.stderr.startswith("buzz-sync: error: unknown command 'pubish' (commands: sync,")
