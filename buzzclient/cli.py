@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from buzzclient import __version__
-from buzzclient.errors import BadKey, SyncError
+from buzzclient.errors import BadKey, SyncError, Unauthorized, UnknownCommunity
 from buzzclient.keys import encode_npub, load_secret, parse_pubkey, write_new_key
 from buzzclient.progress import ProgressLine
 from buzzclient.publish import ROLES, Published, Publisher
@@ -298,8 +298,16 @@ def run_sync(args: argparse.Namespace, out: Output) -> int:
     try:
         with syncer:
             first_run = syncer.store.state(syncer.collection_id).rounds == 0
-            info = syncer.relay_info()
-            if first_run:
+            info: RelayInfo | None = None
+            try:
+                info = syncer.relay_info()
+            except (Unauthorized, UnknownCommunity):
+                raise
+            except SyncError as exc:
+                if not args.watch:
+                    raise
+                on_error(exc)  # a watch started while the relay is down waits for it
+            if first_run and info is not None:
                 # Another host is another community (PROTOCOL.md section 1): say which one
                 # this URL reaches, so a wrong host is obvious before an empty collection is.
                 out.status(f"{_community(syncer.address.base_url, info)}; first sync of "

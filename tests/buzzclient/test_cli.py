@@ -161,3 +161,26 @@ def test_an_unknown_command_is_named() -> None:
     result = buzz_sync("pubish", "--title", "x")
     assert result.returncode == 2
     assert result.stderr.startswith("buzz-sync: error: unknown command 'pubish' (commands: sync,")
+
+
+def test_a_watch_started_while_the_relay_is_down_waits_for_it(
+    tmp_path: Path, key_file: Path
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "buzzclient.cli", "--relay", f"http://127.0.0.1:{port}",
+         "--key-file", str(key_file), "--db", str(tmp_path / "x.sqlite"), "--watch"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert child.stderr is not None
+        first = child.stderr.readline()
+        assert first.startswith("buzz-sync: ") and first.rstrip().endswith(
+            f"cannot reach relay http://127.0.0.1:{port}: connection failed "
+            "([Errno 111] Connection refused) (will retry)"), first
+        assert child.poll() is None  # still watching
+    finally:
+        child.terminate()
+        child.wait(10)
