@@ -15,6 +15,7 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,7 +228,8 @@ class Publisher:
         if self.db is None or not self.db.exists():
             return None
         try:
-            with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True) as connection:
+            uri = self.db.resolve().as_uri() + "?mode=ro"  # read only: a sync may be writing
+            with closing(sqlite3.connect(uri, uri=True)) as connection:
                 row = connection.execute(
                     "SELECT v.event FROM collection_artifacts AS v"
                     " JOIN collections AS c ON c.id = v.collection_id"
