@@ -257,6 +257,8 @@ class CollectionStore:
                     f"another process is syncing this collection in {self.path}; try again"
                 )
             before = _state(row)
+            # Logged inside the page's transaction (tests/buzzclient/test_crash_safety.py
+            # kills the client right after it).
             logger.debug(
                 "applying page: %d events, %d removed, more=%s reset=%s",
                 len(page.events), len(page.removed), page.more, page.reset,
@@ -385,6 +387,21 @@ class CollectionStore:
             (collection_id,),
         )
         return {row[0]: served_event(orjson.loads(row[1])) for row in rows}
+
+    def listing(self, *, relay: str, community: str, reader: str) -> list[dict[str, Any]]:
+        """Every artifact a reader's collections of one relay hold (each ``d`` once, from the
+        collection synced last), ordered by channel and title: what ``buzz-sync list`` shows."""
+        rows = self.db.execute(
+            "SELECT v.d, v.channel, v.type, v.title, v.event_id, v.author, v.created_at"
+            " FROM collection_artifacts AS v JOIN collections AS c ON c.id = v.collection_id"
+            " WHERE v.relay = ? AND v.community = ? AND v.reader = ?"
+            " ORDER BY c.last_round_at DESC",
+            (relay, community, reader),
+        )
+        found: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            found.setdefault(row["d"], dict(row))
+        return sorted(found.values(), key=lambda row: (row["channel"], row["title"] or ""))
 
     def heads(self, collection_id: int) -> dict[str, str]:
         """The live collection as ``d`` -> head event id (cheap to compare)."""

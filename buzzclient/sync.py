@@ -96,16 +96,33 @@ class RoundSummary:
 
     def line(self) -> str:
         """The one-line summary buzz-sync prints per round."""
-        pages = f"{self.pages} page" + ("" if self.pages == 1 else "s")
+        if self.added or self.updated or self.removed:
+            changes = f"+{self.added:,} added, ~{self.updated:,} updated, -{self.removed:,} removed"
+        else:
+            changes = "no changes"
+        resets = f", {plural(self.resets, 'reset')}" if self.resets else ""
         rate = ""
         if self.kind == "full" and self.seconds > 0 and self.items:
             rate = f" ({self.items / self.seconds:,.0f} items/s)"
         waited = f", waited {self.waited:.1f} s" if self.waited else ""
         return (
-            f"{self.kind} round: +{self.added} added, ~{self.updated} updated, "
-            f"-{self.removed} removed, {self.resets} resets; {self.items} items in {pages}, "
-            f"{self.seconds:.2f} s{rate}{waited}"
+            f"{self.kind} round: {changes}{resets}; {plural(self.items, 'item')} in "
+            f"{plural(self.pages, 'page')}, {self.seconds:.2f} s{rate}{waited}"
         )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The summary for scripts (``buzz-sync --json``)."""
+        return {
+            "round": self.kind, "incremental": self.incremental, "added": self.added,
+            "updated": self.updated, "removed": self.removed, "items": self.items,
+            "pages": self.pages, "resets": self.resets, "resumed": self.resumed,
+            "seconds": round(self.seconds, 3), "waited": round(self.waited, 3),
+        }
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 item``, ``2 items``, ``0 items``."""
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
 
 class Round:
@@ -174,6 +191,13 @@ class Round:
             return self.step()
         self.summary.relay_seconds += time.monotonic() - asked
         page = parse_page(body, verify=syncer.verify)
+        logger.info(
+            "relay answered: %s, %s%s, more: %s, reset: %s",
+            plural(len(page.events), "event"), plural(len(page.removed), "removal"),
+            f", {plural(len(page.removed_channels), 'channel')} left the view"
+            if page.removed_channels else "",
+            str(page.more).lower(), str(page.reset).lower(),
+        )
         if page.more and syncer.prefetch:
             self._ahead = (page.progress, syncer.background().submit(self._fetch, page.progress))
         applied = syncer.store.apply_page(
@@ -290,6 +314,28 @@ class Syncer:
     def heads(self) -> dict[str, str]:
         """The live collection: ``d`` -> head event id."""
         return self.store.heads(self.collection_id)
+
+
+@dataclass(frozen=True)
+class HeadChanges:
+    """What changed between two ``Syncer.heads()`` snapshots, by artifact ``d``."""
+
+    added: frozenset[str]
+    updated: frozenset[str]
+    removed: frozenset[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.updated or self.removed)
+
+
+def diff_heads(before: dict[str, str], after: dict[str, str]) -> HeadChanges:
+    """Which artifacts a round added, updated (another head event) and removed: compare the
+    ``heads()`` taken before it with those after, to react to exactly what changed."""
+    return HeadChanges(
+        added=frozenset(after.keys() - before.keys()),
+        updated=frozenset(d for d in after.keys() & before.keys() if after[d] != before[d]),
+        removed=frozenset(before.keys() - after.keys()),
+    )
 
 
 def sync_once(

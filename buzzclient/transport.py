@@ -79,6 +79,12 @@ class RelayInfo:
     pubkey: str | None
     document: dict[str, Any] = field(compare=False, repr=False)
 
+    @property
+    def name(self) -> str | None:
+        """The community's NIP-11 ``name``: what the URL's host serves."""
+        name = self.document.get("name")
+        return name if isinstance(name, str) and name.strip() else None
+
     @classmethod
     def from_document(cls, document: dict[str, Any]) -> RelayInfo:
         extensions = document.get("supported_extensions")
@@ -161,7 +167,12 @@ class RelayHttp:
         document = _json_body(response)
         if not isinstance(document, dict):
             raise ProtocolViolation(f"{self.address.base_url}: NIP-11 document is not an object")
-        return RelayInfo.from_document(document)
+        info = RelayInfo.from_document(document)
+        logger.info(
+            "relay answered NIP-11: community %r, incremental rounds %s, live stream %s",
+            info.name, "on" if info.incremental else "off", "on" if info.sync else "off",
+        )
+        return info
 
     def query(self, filter_: dict[str, Any], *, endpoint: str = "/query") -> bytes:
         """``POST`` one filter; the raw 200 body (the caller parses and validates it)."""
@@ -176,6 +187,7 @@ class RelayHttp:
         if not (isinstance(answer, list) and len(answer) == 4 and answer[0] == "OK"
                 and isinstance(answer[2], bool) and isinstance(answer[3], str)):
             raise ProtocolViolation(f"{self.address.base_url}/event answered {answer!r:.200}")
+        logger.info("relay answered: %s", orjson.dumps(answer).decode())
         return answer[2], answer[3]
 
     def _send(self, method: str, path: str, body: bytes | None) -> httpx.Response:

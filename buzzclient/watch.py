@@ -174,20 +174,31 @@ def watch(
     live: bool = True,
     safety_interval: float = 300.0,
     stop: threading.Event | None = None,
+    on_status: Callable[[str], None] | None = None,
 ) -> None:
     """Run rounds until ``stop`` is set: after live hints where the relay offers
     ``artifacts.sync``, every ``interval`` seconds otherwise (and every ``safety_interval``
     under a live subscription). Errors a later round may not see again (relay down, busy,
     a malformed page) are reported and retried with backoff; a 401 or an unknown community
-    end the watch."""
+    end the watch. ``on_status`` hears, in words, what the watch waits for."""
     stop = stop or threading.Event()
     wake = threading.Event()
     hints: LiveHints | None = None
     failures = 0
+    polling_announced = False
     backoff = RetryPolicy(base=max(interval, 1.0), cap=max(interval, 300.0))
+
+    def status(text: str) -> None:
+        if on_status is not None:
+            on_status(text)
 
     def hint(reason: str) -> None:
         logger.info("round triggered: %s", reason)
+        if reason in ("subscribed", "reconnected") and hints is not None:
+            scope = (f"{len(hints.channels)} channel" + ("" if len(hints.channels) == 1 else "s")
+                     if hints.channels else "every readable channel")
+            status(f"live stream {reason} ({hints.ws_url}, {scope}): waiting for changes, "
+                   f"with a poll every {max(interval, safety_interval):g} s as a safety net")
         wake.set()
 
     try:
@@ -207,10 +218,15 @@ def watch(
                     ws_url = syncer.address.ws_url(info.sync_endpoint)
                     hints = LiveHints(ws_url, syncer.http.secret, on_hint=hint,
                                       channels=syncer.filter.channels)
+                    status(f"connecting to the live stream at {ws_url}")
                     hints.start()
                 elif not info.sync and hints is not None:
                     hints.stop()
                     hints = None
+            if info is not None and hints is None and not polling_announced:
+                polling_announced = True
+                why = "the relay offers no live stream" if live else "no live stream asked for"
+                status(f"{why}: polling every {interval:g} s")
             if failures:
                 timeout = backoff.backoff(failures)
             elif hints is not None and hints.connected.is_set():

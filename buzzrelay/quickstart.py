@@ -123,6 +123,47 @@ def _staff_login(directory: Path) -> tuple[str, Path]:
     return password, path
 
 
+def first_user_guide(
+    *,
+    hosts: list[str],
+    port: int,
+    relay_pubkey: str,
+    password: str,
+    password_file: Path,
+    database: str,
+    database_url: str,
+) -> str:
+    """What a first user needs, printed at start: where the relay is, the database (so
+    `buzz-admin` reaches it), the line that makes their key a community admin, and a first sync
+    (the README's walk-through, shortened)."""
+    urls = [f"http://{host}:{port}/" for host in hosts]
+    host = hosts[0]
+    relay = f"ws://{host}:{port}"
+    admin = ROOT / ".venv" / "bin" / "buzz-admin"
+    return (
+        "\nBuzz relay is starting.\n"
+        f"  URL:          {'  '.join(urls)}  (Nostr clients: {relay})\n"
+        f"  relay pubkey: {relay_pubkey}\n"
+        f"  staff login:  {urls[0]}admin/  user {STAFF_USERNAME!r}, password {password!r} "
+        f"(kept in {password_file})\n"
+        f"  database:     {database}\n"
+        f"                DATABASE_URL={database_url}\n"
+        f"Each host is a community of its own ({', '.join(hosts)}). To let your key create "
+        f"channels in {host}'s,\nmake it a community admin (adds to the admins, keeps the "
+        "others):\n"
+        f"  DATABASE_URL={database_url} {admin} community --host {host} "
+        "--add-admin <your hex pubkey>\n"
+        "First sync, in another terminal (pip install ./client gives buzz-sync; README, "
+        "\"Keeping a local collection\"):\n"
+        f"  export BUZZ_RELAY={relay} BUZZ_KEY_FILE=me.key BUZZ_DB=local.sqlite\n"
+        "  buzz-sync keygen && buzz-sync whoami --pubkey    # that pubkey goes in the line above\n"
+        "  CHANNEL=$(buzz-sync create-channel todo --private -q)\n"
+        '  buzz-sync create --channel "$CHANNEL" --type buzz.task --title "Buy milk"\n'
+        "  buzz-sync && buzz-sync list        # then buzz-sync --watch follows changes live\n"
+        "Ctrl-C stops it."
+    )
+
+
 def _serve(args: argparse.Namespace) -> None:
     """`buzz-admin serve`'s server and application, on the quickstart's defaults."""
     from buzzrelay.server import run_server
@@ -156,17 +197,12 @@ def _run(args: argparse.Namespace, directory: Path) -> int:
 
         _demo_communities(args.host)
         password, password_file = _staff_login(directory)
-        urls = [f"http://{host}:{args.port}/" for host in args.host]
-        print(
-            "\nBuzz relay is starting.\n"
-            f"  URL:          {'  '.join(urls)}\n"
-            f"  relay pubkey: {settings.RELAY_PUBKEY}\n"
-            f"  staff login:  {urls[0]}admin/  user {STAFF_USERNAME!r}, password {password!r} "
-            f"(kept in {password_file})\n"
-            f"  database:     {'embedded, ' + str(server.data_dir) if server else 'DATABASE_URL'}\n"
-            "Ctrl-C stops it.",
-            flush=True,
-        )
+        print(first_user_guide(
+            hosts=args.host, port=args.port, relay_pubkey=settings.RELAY_PUBKEY,
+            password=password, password_file=password_file,
+            database=(f"embedded, {server.data_dir}" if server else "DATABASE_URL"),
+            database_url=os.environ["DATABASE_URL"],
+        ), flush=True)
         _serve(args)
     except (KeyboardInterrupt, Stopped):
         pass

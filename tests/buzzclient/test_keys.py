@@ -5,7 +5,15 @@ from pathlib import Path
 import pytest
 
 from buzzclient.errors import BadKey
-from buzzclient.keys import decode_nsec, load_secret, parse_secret
+from buzzclient.keys import (
+    decode_nsec,
+    encode_npub,
+    encode_nsec,
+    load_secret,
+    parse_pubkey,
+    parse_secret,
+    write_new_key,
+)
 
 # NIP-19's own example.
 NSEC = "nsec1vl029mgpspedva04g90vltkh6fvh240zqtv9k0t9af8935ke9laqsnlfe5"
@@ -48,3 +56,28 @@ def test_key_file_errors_are_one_line_and_name_the_file(tmp_path: Path) -> None:
     good.write_text(NSEC_HEX.upper() + "\n")
     secret, pubkey = load_secret(good)
     assert secret == NSEC_HEX and len(pubkey) == 64
+
+
+# NIP-19's own example of a public key.
+NPUB = "npub10elfcs4fr0l0r8af98jlmgdh9c8tcxjvz9qkw038js35mp4dma8qzvjptg"
+NPUB_HEX = "7e7e9c42a91bfef19fa929e5fda1b72e0ebc1a4c1141673e2794234d86addf4e"
+
+
+def test_npub_and_nsec_are_written_as_nip19_writes_them() -> None:
+    assert encode_npub(NPUB_HEX) == NPUB
+    assert decode_nsec(encode_nsec(NSEC_HEX)) == NSEC_HEX
+    assert parse_pubkey(NPUB) == NPUB_HEX == parse_pubkey(NPUB_HEX) == parse_pubkey(
+        NPUB_HEX.upper())
+    for bad in (NPUB[:-1] + "q", "nsec" + NPUB[4:], NPUB_HEX[:-2], "g" * 64):
+        with pytest.raises(ValueError):
+            parse_pubkey(bad)
+
+
+def test_a_new_key_is_owner_only_from_the_start_and_never_overwrites(tmp_path: Path) -> None:
+    path = tmp_path / "me.key"
+    secret, pubkey = write_new_key(path)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert load_secret(path) == (secret, pubkey)
+    with pytest.raises(BadKey, match="already exists; not overwriting it"):
+        write_new_key(path)
+    assert load_secret(path) == (secret, pubkey)

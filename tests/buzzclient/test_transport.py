@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import io
+import re
+import time
 
 import pytest
 
@@ -61,16 +63,30 @@ class _Round:
 
 def test_progress_is_drawn_in_place_for_full_rounds_only() -> None:
     stream = io.StringIO()
-    line = ProgressLine(stream, enabled=True, interval=0)
+    line = ProgressLine(stream, terminal=True, interval=0)
     full = RoundSummary(kind="full", incremental=True, pages=3, items=2500, seconds=2.0)
     line.update(_Round(full, done=False))  # type: ignore[arg-type]
     assert stream.getvalue() == "\rfull round: 2,500 items, 3 pages, 1,250 items/s, 2.0 s"
     line.update(_Round(RoundSummary(kind="continuation", incremental=True), True))  # type: ignore[arg-type]
     line.clear()
     assert stream.getvalue().endswith("\r" + " " * 54 + "\r")
-    quiet = io.StringIO()
-    ProgressLine(quiet).update(_Round(full, done=True))  # type: ignore[arg-type]
-    assert quiet.getvalue() == ""  # not a terminal: the summary line is enough
+
+
+def test_off_a_terminal_a_long_full_round_writes_a_line_every_so_often() -> None:
+    log = io.StringIO()
+    line = ProgressLine(log, terminal=False, every=0.05)
+    one = RoundSummary(kind="full", incremental=True, pages=1, items=1, seconds=0.1)
+    line.update(_Round(one, done=False))  # type: ignore[arg-type]
+    assert log.getvalue() == ""  # a short round shows only its summary
+    time.sleep(0.06)
+    line.update(_Round(one, done=False))  # type: ignore[arg-type]
+    [written] = log.getvalue().splitlines()
+    assert re.fullmatch(r"\d\d:\d\d:\d\d full round: 1 item, 1 page, 10 items/s, 0\.1 s so far",
+                        written), written
+    time.sleep(0.06)
+    line.update(_Round(one, done=True))  # type: ignore[arg-type]
+    assert len(log.getvalue().splitlines()) == 1  # the summary line follows; no redraws
+    assert "\r" not in log.getvalue()
 
 
 def test_summary_lines() -> None:
@@ -78,13 +94,21 @@ def test_summary_lines() -> None:
                            seconds=0.25)
     summary.changes.added, summary.changes.updated, summary.changes.removed = 1, 2, 1
     assert summary.line() == (
-        "continuation round: +1 added, ~2 updated, -1 removed, 0 resets; 4 items in 1 page,"
-        " 0.25 s"
+        "continuation round: +1 added, ~2 updated, -1 removed; 4 items in 1 page, 0.25 s"
     )
     full = RoundSummary(kind="full", incremental=True, pages=3, items=2500, seconds=2.0,
                         resets=1, waited=1.5)
     full.changes.added = 2500
     assert full.line() == (
-        "full round: +2500 added, ~0 updated, -0 removed, 1 resets; 2500 items in 3 pages,"
+        "full round: +2,500 added, ~0 updated, -0 removed, 1 reset; 2,500 items in 3 pages,"
         " 2.00 s (1,250 items/s), waited 1.5 s"
     )
+    one = RoundSummary(kind="full", incremental=True, pages=1, items=1, seconds=0.5, resets=2)
+    one.changes.added = 1
+    assert one.line() == (
+        "full round: +1 added, ~0 updated, -0 removed, 2 resets; 1 item in 1 page, 0.50 s"
+        " (2 items/s)"
+    )
+    quiet = RoundSummary(kind="continuation", incremental=True, pages=1, items=3, seconds=0.06)
+    assert quiet.line() == "continuation round: no changes; 3 items in 1 page, 0.06 s"
+    assert quiet.as_dict()["added"] == 0 and quiet.as_dict()["items"] == 3

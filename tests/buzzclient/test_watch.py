@@ -5,6 +5,7 @@ what delivers the change)."""
 from __future__ import annotations
 
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -99,7 +100,9 @@ def test_live_events_trigger_rounds(relay_server: RelayProcess, tmp_path: Path) 
         _drain(lines)
         d = world.create(world.member_h)[0]
         # The round a hint starts holds the write (read-your-writes): no follow-up round.
-        assert _next_summary(lines, "round:", timeout=10)[-1].count("+1 added") == 1
+        arrived = _next_summary(lines, "round:", timeout=10)[-1]
+        assert arrived.count("+1 added") == 1
+        assert re.match(r"\d\d:\d\d:\d\d continuation round: ", arrived), arrived
         world.delete(d)
         assert _next_summary(lines, "round:", timeout=10)[-1].count("-1 removed") == 1
         time.sleep(2)
@@ -107,4 +110,13 @@ def test_live_events_trigger_rounds(relay_server: RelayProcess, tmp_path: Path) 
     finally:
         child.terminate()
         child.wait(10)
-    assert child.returncode in (130, -15), child.stderr.read() if child.stderr else ""
+    status = child.stderr.read() if child.stderr else ""
+    assert child.returncode in (130, -15), status
+    # It said what it waits for, when: the start, the live stream, what wakes it.
+    ws_url = relay_server.url.replace("http://", "ws://") + "/"
+    assert re.search(rf"^buzz-sync: \d\d:\d\d:\d\d watching {relay_server.url} \(Ctrl-C stops\)$",
+                     status, re.M), status
+    assert re.search(
+        rf"^buzz-sync: \d\d:\d\d:\d\d live stream subscribed \({ws_url}, every readable "
+        r"channel\): waiting for changes, with a poll every 600 s as a safety net$", status, re.M
+    ), status

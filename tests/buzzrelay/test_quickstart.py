@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from buzzrelay.embedded import free_port
-from nostr.schnorr import pubkey_from_secret
+from nostr.schnorr import generate_secret, pubkey_from_secret
 from tests.artifacts.migrations.scratch import ROOT, subprocess_env
 
 pytestmark = pytest.mark.slow
@@ -97,6 +97,24 @@ def test_quickstart_serves_keeps_its_key_and_stops_cleanly(tmp_path: Path) -> No
         )
         assert readiness.returncode == 0, readiness.stdout + readiness.stderr
         assert "Every deployment is ready" in readiness.stdout
+        # What a first user is told: the database URL, and the admin line, which adds.
+        printed = re.search(
+            r"^  DATABASE_URL=(\S+) (\S+) community --host 127\.0\.0\.1 --add-admin "
+            r"<your hex pubkey>$", first.output, re.M,
+        )
+        assert printed and printed.group(1) == database_url, first.output
+        assert printed.group(2) == str(ROOT / ".venv" / "bin" / "buzz-admin")
+        assert f"export BUZZ_RELAY=ws://127.0.0.1:{port} " in first.output
+        admins = [pubkey_from_secret(generate_secret()) for _ in range(2)]
+        for new_admin in admins:
+            added = subprocess.run(
+                [sys.executable, "-m", "buzzrelay.cli", "community", "--host", "127.0.0.1",
+                 "--add-admin", new_admin],
+                capture_output=True, text=True, timeout=60, cwd=ROOT,
+                env={**subprocess_env(), "DATABASE_URL": printed.group(1)},
+            )
+            assert added.returncode == 0, added.stdout + added.stderr
+        assert all(key in added.stdout for key in admins), added.stdout
     finally:
         code = first.stop()
     assert code == 0, first.output
