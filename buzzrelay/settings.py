@@ -113,6 +113,19 @@ if CONFIG.database is not None:
             "TEST": {"NAME": f"test_{_db.name}"},
         }
     }
+    if CONFIG.replica is not None:
+        # A hot standby for the reads that may lag (artifacts.selectors.standby): the primary's
+        # pool and options, its own host. Rounds, the fence and every write stay on "default".
+        DATABASES["replica"] = {
+            **DATABASES["default"],
+            **CONFIG.replica.django_settings(),
+            "CONN_MAX_AGE": 0,
+            "OPTIONS": {**DATABASES["default"]["OPTIONS"], **CONFIG.replica.options},
+            # Under test the standby replicates the test database: no database of its own.
+            "TEST": {"MIRROR": "default"},
+        }
+    DATABASE_ROUTERS = ["buzzrelay.db_router.PrimaryRouter"]
+    RELAY_REPLICA_MAX_LAG_MS = CONFIG.replica_max_lag_ms
 else:
     # No database configured: anything that touches it fails with ImproperlyConfigured; the
     # entry points say so first (`buzz-admin serve` refuses to start, bin/quickstart embeds one).

@@ -20,7 +20,11 @@ def test_identity_is_the_cluster_and_database_and_stable() -> None:
         system_identifier = cursor.fetchone()[0]
         cursor.execute("SELECT oid::text FROM pg_database WHERE datname = current_database()")
         oid = cursor.fetchone()[0]
-    assert database_identity() == f"{system_identifier}/{oid}"
+        cursor.execute("SELECT timeline_id::text FROM pg_control_checkpoint()")
+        timeline = cursor.fetchone()[0]
+    # The timeline too: a promoted standby keeps the system identifier and the oid
+    # (tests/faults/test_failover.py).
+    assert database_identity() == f"{system_identifier}/{oid}/{timeline}"
     epoch, identity = current_sync_state()
     assert identity == database_identity()
     assert epoch >= 0
