@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 from psycopg_pool import ConnectionPool
 
@@ -120,12 +121,12 @@ if CONFIG.database is not None:
             **DATABASES["default"],
             **CONFIG.replica.django_settings(),
             "CONN_MAX_AGE": 0,
-            "OPTIONS": {**DATABASES["default"]["OPTIONS"], **CONFIG.replica.options},
+            "OPTIONS": {**cast(dict[str, object], DATABASES["default"]["OPTIONS"]),
+                        **CONFIG.replica.options},
             # Under test the standby replicates the test database: no database of its own.
             "TEST": {"MIRROR": "default"},
         }
     DATABASE_ROUTERS = ["buzzrelay.db_router.PrimaryRouter"]
-    RELAY_REPLICA_MAX_LAG_MS = CONFIG.replica_max_lag_ms
 else:
     # No database configured: anything that touches it fails with ImproperlyConfigured; the
     # entry points say so first (`buzz-admin serve` refuses to start, bin/quickstart embeds one).
@@ -154,6 +155,8 @@ else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+# How far the standby may lag before its reads go to the primary (artifacts.selectors.standby).
+RELAY_REPLICA_MAX_LAG_MS = CONFIG.replica_max_lag_ms
 RELAY_SIGNING_SECRET = CONFIG.relay_secret
 RELAY_PUBKEY = CONFIG.relay_pubkey
 RELAY_KEY_GENERATED = CONFIG.relay_key_generated
