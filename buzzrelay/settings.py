@@ -83,6 +83,13 @@ RELAY_APPLICATION_NAME = f"buzzrelay/{VERSION} stamps=1 key={CONFIG.relay_pubkey
 
 if CONFIG.database is not None:
     _db = CONFIG.database
+    _pool = {
+        "min_size": 1,
+        "max_size": CONFIG.database_pool_size,
+        "timeout": 5,
+        "max_idle": 300,
+        "check": ConnectionPool.check_connection,
+    }
     DATABASES = {
         "default": {
             **_db.django_settings(),
@@ -103,13 +110,7 @@ if CONFIG.database is not None:
                 "prepare_threshold": (
                     PREPARE_ONLY_WHEN_ASKED if CONFIG.database_prepared_statements else None
                 ),
-                "pool": {
-                    "min_size": 1,
-                    "max_size": CONFIG.database_pool_size,
-                    "timeout": 5,
-                    "max_idle": 300,
-                    "check": ConnectionPool.check_connection,
-                },
+                "pool": _pool,
             },
             "TEST": {"NAME": f"test_{_db.name}"},
         }
@@ -121,8 +122,14 @@ if CONFIG.database is not None:
             **DATABASES["default"],
             **CONFIG.replica.django_settings(),
             "CONN_MAX_AGE": 0,
-            "OPTIONS": {**cast(dict[str, object], DATABASES["default"]["OPTIONS"]),
-                        **CONFIG.replica.options},
+            "OPTIONS": {
+                **cast(dict[str, object], DATABASES["default"]["OPTIONS"]),
+                # A standby that is down costs a read at most this long once, then is skipped
+                # for a while (artifacts.selectors.standby), and the read goes to the primary.
+                "connect_timeout": 2,
+                "pool": {**_pool, "timeout": 1},
+                **CONFIG.replica.options,
+            },
             # Under test the standby replicates the test database: no database of its own.
             "TEST": {"MIRROR": "default"},
         }
