@@ -12,7 +12,8 @@ transaction (replay only moves forward, so the read's snapshot is at least as ne
   when it has applied all the WAL it received while streaming, else the time since the last
   transaction it applied committed on the primary (an overestimate when the primary is quiet,
   which only sends more reads to the primary). A standby not streaming (cut off from the
-  primary) has no measurable lag and is not used;
+  primary) has no measurable lag and is not used. (pg_stat_wal_receiver shows its status only
+  to roles with pg_read_all_stats, which the serving role has: readiness item 6);
 - a WebSocket replay must miss nothing its live subscription does not cover: the subscription
   is registered first, then the primary's WAL position is read (`primary_position`), and the
   standby serves the replay only once it has replayed up to that position (briefly waited for),
@@ -66,8 +67,6 @@ SELECT CASE WHEN NOT pg_is_in_recovery() THEN 0
 
 _failed_until = 0.0
 _failed_lock = threading.Lock()
-# The lag the last check measured (ms; None: unknown), for /metrics.
-last_measured_lag_ms: float | None = None
 
 
 def standby_configured() -> bool:
@@ -102,7 +101,7 @@ def standby_read(
 
 
 def _fresh(caught_up_to: str | None) -> bool:
-    global last_measured_lag_ms
+    """Whether the standby may serve the read; False also when it cannot be asked."""
     max_lag = settings.RELAY_REPLICA_MAX_LAG_MS
     deadline = time.monotonic() + CATCH_UP_WAIT_SECONDS
     try:
@@ -110,7 +109,6 @@ def _fresh(caught_up_to: str | None) -> bool:
             while True:
                 cursor.execute(_FRESHNESS, {"after": caught_up_to})
                 lag, caught_up = cursor.fetchone()
-                last_measured_lag_ms = None if lag is None else float(lag)
                 if caught_up_to is None:
                     return lag is not None and float(lag) <= max_lag
                 if caught_up or time.monotonic() >= deadline:

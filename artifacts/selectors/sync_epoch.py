@@ -24,6 +24,7 @@ The sync_state table belongs to relayinfo's models; rounds read it here, in thei
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -47,9 +48,26 @@ IDENTITY_SQL = (
     f"({TIMELINE_SQL})::text"
 )
 
+logger = logging.getLogger(__name__)
+
 # Per psycopg connection (Django's and the asyncio pool's): read on its first page.
 _identities: WeakKeyDictionary[Any, str] = WeakKeyDictionary()
 _identity_lock = threading.Lock()
+# The identity this process saw last, to say so when a new connection finds another one.
+_last_seen: list[str] = []
+
+
+def _remember(conn: Any, identity: str) -> None:
+    with _identity_lock:
+        _identities[conn] = identity
+        previous = _last_seen[0] if _last_seen else None
+        _last_seen[:] = [identity]
+    if previous is not None and previous != identity:
+        logger.warning(
+            "database identity changed from %s to %s (system identifier/database oid/"
+            "timeline: a failover, a restore or another database): every progress token of "
+            "the old one resets", previous, identity,
+        )
 
 
 def database_identity(cursor: CursorWrapper | None = None, *, alias: str = "default") -> str:
@@ -63,8 +81,7 @@ def database_identity(cursor: CursorWrapper | None = None, *, alias: str = "defa
     if identity is None:
         cursor.execute(IDENTITY_SQL)
         identity = str(cursor.fetchone()[0])
-        with _identity_lock:
-            _identities[raw] = identity
+        _remember(raw, identity)
     return identity
 
 
@@ -78,8 +95,7 @@ async def connection_identity(conn: psycopg.AsyncConnection[Any]) -> str:
             row = await cursor.fetchone()
         assert row is not None
         identity = str(row[0])
-        with _identity_lock:
-            _identities[conn] = identity
+        _remember(conn, identity)
     return identity
 
 

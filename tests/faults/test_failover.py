@@ -177,6 +177,7 @@ def test_failover_resets_every_client_and_none_holds_a_lost_write(pair: Deployme
     present = set(fresh_full_read(load.writer))
     assert {d for at, d in load.acknowledged if at > promoted_at} <= present
     assert {d for at, d in load.acknowledged if at < crash_at} - present, "nothing was lost?"
+    assert "database identity changed" in relay.log_path.read_text(errors="replace")
     # Writes after the failover flow normally, on the new timeline.
     after = alice.artifact(channel, title="after failover")
     assert alice.publish(after)[2] is True

@@ -111,8 +111,8 @@ def test_a_live_subscriber_misses_nothing_while_the_standby_is_paused(
         # Committed after the subscription: live.
         later = alice.artifact(channel, title="after the subscription")
         assert alice.publish(later)[2] is True
-        live = wait_until(lambda: ws.recv(timeout=1), timeout=10)
-        assert live[0] == "EVENT" and d_of(live[2]) == d_of(later)
+        live = ws.recv(timeout=10)
+        assert live is not None and live[0] == "EVENT" and d_of(live[2]) == d_of(later)
     finally:
         standby.resume_replay()
         ws.close()
