@@ -146,3 +146,26 @@ def _replays_on(standby: Standby) -> int:
         "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements"
         " WHERE query LIKE 'WITH%FROM artifact_heads h%JOIN policy ON%'"
     )[0][0])
+
+
+def test_reads_go_to_the_primary_when_the_standby_is_down(
+    topology: tuple[Deployment, Standby, Relay],
+) -> None:
+    """Last in the module: it stops the standby."""
+    _dep, standby, relay = topology
+    alice = Client(relay.url)
+    channel = alice.create_channel(name="standby-down")
+    standby.stop()
+    event = alice.artifact(channel, title="written with the standby down")
+    assert alice.publish(event)[2] is True
+    started = time.monotonic()
+    assert d_of(event) in _plain(alice)
+    ws = WsClient(relay.port, [alice.secret])
+    try:
+        messages = ws.req("down", {"kinds": [45010], "#h": [channel]})
+        assert d_of(event) in {d_of(m[2]) for m in messages if m[0] == "EVENT"}
+    finally:
+        ws.close()
+    assert time.monotonic() - started < 10
+    assert "standby unavailable, reading from the primary" in relay.log_path.read_text(
+        errors="replace")
