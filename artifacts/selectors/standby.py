@@ -53,16 +53,17 @@ CATCH_UP_WAIT_SECONDS = 0.05
 _POLL_SECONDS = 0.005
 
 # (lag in ms, or NULL when unknown; whether the standby has replayed up to %(after)s). A server
-# that is not in recovery (a standby promoted by a failover) lags nothing.
+# that is not in recovery is no standby any more (promoted by a failover, perhaps apart from the
+# primary the relay writes to): it is not used, and the reads go to DATABASE_URL's server.
 _FRESHNESS = """
-SELECT CASE WHEN NOT pg_is_in_recovery() THEN 0
+SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL
             WHEN NOT EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming')
                  THEN NULL
             WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
             ELSE extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()) * 1000
        END,
-       NOT pg_is_in_recovery() OR %(after)s::pg_lsn IS NULL
-           OR pg_last_wal_replay_lsn() >= %(after)s::pg_lsn
+       pg_is_in_recovery() AND %(after)s::pg_lsn IS NOT NULL
+           AND pg_last_wal_replay_lsn() >= %(after)s::pg_lsn
 """
 
 _failed_until = 0.0
