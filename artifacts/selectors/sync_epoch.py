@@ -42,10 +42,16 @@ TIMELINE_SQL = (
     "CASE WHEN pg_is_in_recovery() THEN (SELECT timeline_id FROM pg_control_checkpoint())"
     " ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END"
 )
+# Timeline 1 (a cluster never promoted nor recovered to a point in time) is spelled as before
+# timelines were bound, "<system identifier>/<oid>": tokens issued by earlier versions continue,
+# so a rolling upgrade resets nobody, and no client alternating between old and new instances
+# resets on every page. Every later timeline is appended, and differs from every other.
 IDENTITY_SQL = (
-    "SELECT (SELECT system_identifier FROM pg_control_system())::text || '/' || "
-    "(SELECT oid FROM pg_database WHERE datname = current_database())::text || '/' || "
-    f"({TIMELINE_SQL})::text"
+    "SELECT s.system_identifier::text || '/' || d.oid::text"
+    " || CASE WHEN t.timeline = 1 THEN '' ELSE '/' || t.timeline::text END"
+    " FROM pg_control_system() s, pg_database d,"
+    f" (SELECT ({TIMELINE_SQL}) AS timeline) t"
+    " WHERE d.datname = current_database()"
 )
 
 logger = logging.getLogger(__name__)
@@ -71,8 +77,8 @@ def _remember(conn: Any, identity: str) -> None:
 
 
 def database_identity(cursor: CursorWrapper | None = None, *, alias: str = "default") -> str:
-    """`"<system identifier>/<database oid>/<timeline>"` of the server `cursor` (or a cursor of
-    `alias`) is connected to, read once per connection."""
+    """`"<system identifier>/<database oid>[/<timeline>]"` (the timeline when it is not 1) of
+    the server `cursor` (or a cursor of `alias`) is connected to, read once per connection."""
     if cursor is None:
         with connections[alias].cursor() as own:
             return database_identity(own, alias=alias)

@@ -76,10 +76,14 @@ def test_plain_reads_come_from_the_standby_until_it_lags_too_far(
         # only the standby can lack (the primary committed it before the read).
         plain = _plain(alice)
         assert d_of(seen) in plain and d_of(unseen) not in plain
-        # Rounds run on the primary: the write is there at once (read-your-writes).
+        # Rounds run on the primary: the write is there (read-your-writes; a later round
+        # when another transaction, the fleet registry's, held the fence back).
         collection = Collection(alice)
-        collection.catch_up()
-        assert d_of(unseen) in collection.items
+
+        def has_unseen() -> bool:
+            collection.catch_up()
+            return d_of(unseen) in collection.items
+        wait_until(has_unseen, timeout=10, interval=0.05)
         # Past the bound, plain reads fall back to the primary.
         time.sleep(MAX_LAG_MS / 1000 + 0.5)
         assert d_of(unseen) in _plain(alice)
