@@ -69,6 +69,10 @@ class Config:
     # Django's ASGI handler and middleware (same views, same answers, slower).
     front_door: bool
     token_max_age_seconds: int
+    # DATABASE_REPLICA_URL: a hot standby that may serve plain reads, history and WebSocket
+    # replay (artifacts.selectors.standby), while it lags the primary by at most this much.
+    replica: DatabaseConfig | None = None
+    replica_max_lag_ms: int = 1000
     # Seconds a client has to send its whole request body (a slow body is answered 408).
     body_timeout_seconds: int = 10
     rate_limits: RateLimits = field(default_factory=lambda: RateLimits())
@@ -162,33 +166,55 @@ def _secret(name: str) -> str | None:
     return direct
 
 
-def parse_database_url(url: str, variable: str = "DATABASE_URL") -> DatabaseConfig:
+def parse_database_url(url: str, name: str = "DATABASE_URL") -> DatabaseConfig:
+    """A libpq URL as Django settings; several hosts (`postgres://u@a:5432,b:5432/db`, libpq's
+    multi-host form, for a failover with `target_session_attrs=read-write`) become comma
+    lists in HOST and PORT, which Django hands to libpq unchanged."""
     parts = urlsplit(url)
     if parts.scheme not in ("postgres", "postgresql"):
         raise ConfigError(
-            f"{variable} must look like postgres://user:password@host:5432/dbname "
+            f"{name} must look like postgres://user:password@host:5432/dbname "
             f"(got scheme {parts.scheme or 'none'!r})"
         )
-    name = unquote(parts.path.lstrip("/"))
-    if not name:
-        raise ConfigError(f"{variable} names no database (postgres://user@host:5432/dbname)")
-    try:
-        port = parts.port
-    except ValueError:
-        raise ConfigError(f"{variable} has a port that is not a number") from None
+    database = unquote(parts.path.lstrip("/"))
+    if not database:
+        raise ConfigError(f"{name} names no database (postgres://user@host:5432/dbname)")
+    userinfo, _, hostlist = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    hosts, ports = _host_list(hostlist, name)
     options: dict[str, str] = {}
     for pair in filter(None, parts.query.split("&")):
         key, _, value = pair.partition("=")
         options[unquote(key)] = unquote(value)
-    host = unquote(parts.hostname or "") or options.pop("host", "")
     return DatabaseConfig(
-        name=name,
-        user=unquote(parts.username or "postgres"),
-        password=unquote(parts.password or ""),
-        host=host,
-        port=str(port or options.pop("port", "") or ""),
+        name=database,
+        user=unquote(user or "postgres"),
+        password=unquote(password),
+        host=hosts or options.pop("host", ""),
+        port=ports or options.pop("port", ""),
         options=options,
     )
+
+
+def _host_list(hostlist: str, name: str) -> tuple[str, str]:
+    """("a,b", "5432,5433") from "a:5432,b:5433"; ports may be left out (libpq's default)."""
+    hosts, ports = [], []
+    for entry in hostlist.split(","):
+        host, port = entry, ""
+        if entry.startswith("["):  # [::1]:5432
+            host, _, rest = entry[1:].partition("]")
+            port = rest.removeprefix(":")
+        elif entry.count(":") == 1:
+            host, _, port = entry.partition(":")
+        if port and not port.isdigit():
+            raise ConfigError(f"{name} has a port that is not a number")
+        hosts.append(unquote(host))
+        ports.append(port)
+    if not any(hosts):
+        return "", ""
+    if len(hosts) > 1 and any(ports) and not all(ports):
+        raise ConfigError(f"{name} lists several hosts: give each its port, or none")
+    return ",".join(hosts), ",".join(ports) if any(ports) else ""
 
 
 def _int(name: str, default: int, *, minimum: int, unit: str = "seconds") -> int:
@@ -366,6 +392,10 @@ def read_config() -> Config:
     database_url = _env("DATABASE_URL")
     database = parse_database_url(database_url) if database_url else None
     database_pooler, database_direct = _database_pooler(database)
+    replica_url = _env("DATABASE_REPLICA_URL")
+    replica = parse_database_url(replica_url, name="DATABASE_REPLICA_URL") if replica_url else None
+    if replica is not None and database is None:
+        raise ConfigError("DATABASE_REPLICA_URL needs DATABASE_URL (the primary) as well")
     redis_url = _env("REDIS_URL")
     if redis_url and urlsplit(redis_url).scheme not in ("redis", "rediss", "unix"):
         raise ConfigError(
@@ -420,6 +450,10 @@ def read_config() -> Config:
         redis_sentinels=redis_sentinels,
         front_door=_bool("RELAY_FRONT_DOOR", True),
         token_max_age_seconds=_int("ARTIFACT_SYNC_TOKEN_MAX_AGE", 30 * 86400, minimum=60),
+        replica=replica,
+        replica_max_lag_ms=_int(
+            "DATABASE_REPLICA_MAX_LAG_MS", 1000, minimum=0, unit="milliseconds"
+        ),
         body_timeout_seconds=_int("RELAY_BODY_TIMEOUT_SECONDS", 10, minimum=1),
         rate_limits=_rate_limits(),
         static_root=_static_root(_env("STATIC_ROOT")),

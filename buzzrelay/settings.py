@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 from psycopg_pool import ConnectionPool
 
@@ -87,6 +88,13 @@ RELAY_APPLICATION_NAME = f"buzzrelay/{VERSION} stamps=1 key={CONFIG.relay_pubkey
 
 if CONFIG.database is not None:
     _db = CONFIG.database
+    _pool = {
+        "min_size": 1,
+        "max_size": CONFIG.database_pool_size,
+        "timeout": 5,
+        "max_idle": 300,
+        "check": ConnectionPool.check_connection,
+    }
     DATABASES = {
         "default": {
             **_db.django_settings(),
@@ -110,17 +118,30 @@ if CONFIG.database is not None:
                 "prepare_threshold": (
                     PREPARE_ONLY_WHEN_ASKED if CONFIG.database_prepared_statements else None
                 ),
-                "pool": {
-                    "min_size": 1,
-                    "max_size": CONFIG.database_pool_size,
-                    "timeout": 5,
-                    "max_idle": 300,
-                    "check": ConnectionPool.check_connection,
-                },
+                "pool": _pool,
             },
             "TEST": {"NAME": f"test_{_db.name}"},
         }
     }
+    if CONFIG.replica is not None:
+        # A hot standby for the reads that may lag (artifacts.selectors.standby): the primary's
+        # pool and options, its own host. Rounds, the fence and every write stay on "default".
+        DATABASES["replica"] = {
+            **DATABASES["default"],
+            **CONFIG.replica.django_settings(),
+            "CONN_MAX_AGE": 0,
+            "OPTIONS": {
+                **cast(dict[str, object], DATABASES["default"]["OPTIONS"]),
+                # A standby that is down costs a read at most this long once, then is skipped
+                # for a while (artifacts.selectors.standby), and the read goes to the primary.
+                "connect_timeout": 2,
+                "pool": {**_pool, "timeout": 1},
+                **CONFIG.replica.options,
+            },
+            # Under test the standby replicates the test database: no database of its own.
+            "TEST": {"MIRROR": "default"},
+        }
+    DATABASE_ROUTERS = ["buzzrelay.db_router.PrimaryRouter"]
 else:
     # No database configured: anything that touches it fails with ImproperlyConfigured; the
     # entry points say so first (`buzz-admin serve` refuses to start, bin/quickstart embeds one).
@@ -150,6 +171,8 @@ else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+# How far the standby may lag before its reads go to the primary (artifacts.selectors.standby).
+RELAY_REPLICA_MAX_LAG_MS = CONFIG.replica_max_lag_ms
 RELAY_SIGNING_SECRET = CONFIG.relay_secret
 RELAY_PUBKEY = CONFIG.relay_pubkey
 RELAY_KEY_GENERATED = CONFIG.relay_key_generated

@@ -26,7 +26,7 @@ from artifacts.selectors.async_reads import (
 from artifacts.selectors.filters import InvalidFilter, QueryFilter, parse_query_body
 from artifacts.selectors.plain_reads import plain_query
 from artifacts.selectors.rounds import CommunityGone, Page, RoundRequest, prepare_round, read_page
-from artifacts.selectors.sync_epoch import cached_database_identity, database_identity
+from artifacts.selectors.sync_epoch import connection_identity
 from artifacts.services.ingest import ingest_event
 from artifacts.tokens import InvalidProgress
 from artifacts.ws.dbcall import run_db
@@ -176,14 +176,12 @@ def _read_page(rounds: RoundRequest) -> Page:
 
 async def _read_page_on_loop(read: OpenRead, rounds: RoundRequest) -> Page:
     """The same page in the transaction `begin_read` opened on the server loop's asyncio pool
-    (`async_reads`): no thread hop. Readiness and the database identity are cached per process;
-    when they are not, they are read on a database thread."""
+    (`async_reads`): no thread hop. Readiness is cached per process (when it is not, it is read
+    on a database thread); the database identity per connection, as its server's."""
     ready = cached_readiness()
     if ready is None:
         ready = await run_db(deployment_ready)
-    identity = cached_database_identity()
-    if identity is None:
-        identity = await run_db(database_identity)
+    identity = await connection_identity(read.cursor.connection)
     page = await read_page_async(read, rounds, ready=ready, identity=identity)
     if record_page(page, flush=False):
         # The shared cache is synchronous (and may be down for its socket timeout).

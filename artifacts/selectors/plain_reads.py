@@ -2,16 +2,17 @@
 
 Ordered by `created_at` descending, then event id ascending (PROTOCOL.md section 5), at most
 `offset + limit` <= 11,000 rows per filter. Readability is decided in the statement
-(artifacts.selectors.readability); each row's stored event JSON is returned as stored.
+(artifacts.selectors.readability); each row's stored event JSON is returned as stored. A hot
+standby within the lag bound may serve them (artifacts.selectors.standby).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from artifacts.selectors.budget import read_transaction
 from artifacts.selectors.filters import QueryFilter
 from artifacts.selectors.readability import head_readable, in_values, revision_readable
+from artifacts.selectors.standby import standby_read
 
 # Tags with a column of their own; every other `#<name>` is matched in the event's tags.
 _CURRENT_COLUMNS = {"d": ("h.artifact_id", True), "h": ("h.channel_id", True),
@@ -70,7 +71,8 @@ def plain_query(*, community_id: int, reader: str, query: QueryFilter) -> list[s
                    {_tag_predicates(query, _HISTORY_COLUMNS, params)}
              ORDER BY r.created_at DESC, r.event_id ASC
              LIMIT %(limit)s OFFSET %(offset)s"""
-    with read_transaction() as cursor:
+    # Plain reads promise no read-your-writes: a standby within the lag bound may serve them.
+    with standby_read() as cursor:
         cursor.execute(sql, params)
         return [row[0] for row in cursor.fetchall()]
 

@@ -18,7 +18,6 @@ from uuid import UUID
 
 from django.db import connection
 
-from artifacts.selectors.budget import read_transaction
 from artifacts.selectors.readability import (
     ANY_READER,
     channel_is_readable,
@@ -26,6 +25,7 @@ from artifacts.selectors.readability import (
     readable_channels,
     type_allowed,
 )
+from artifacts.selectors.standby import standby_read
 from nostr.kinds import KIND_ARTIFACT, KIND_REMOVAL_MARKER
 
 __all__ = [
@@ -101,10 +101,14 @@ def replay_events(
     since: int | None = None,
     until: int | None = None,
     limit: int,
+    caught_up_to: str | None = None,
 ) -> list[ReplayRow]:
     """The stored events one NIP-01 filter replays, newest first (`created_at` desc, id asc).
 
-    `None` for a predicate means absent; an empty collection matches nothing.
+    `None` for a predicate means absent; an empty collection matches nothing. The replay runs
+    beside a live subscription registered before it: a standby serves it only once it has
+    replayed `caught_up_to` (the primary's position read after the subscription was registered,
+    artifacts.selectors.standby.primary_position), so nothing falls between the two.
     """
     if limit <= 0 or any(v is not None and not v for v in (ids, authors, channels, artifacts)):
         return []
@@ -149,7 +153,7 @@ def replay_events(
         + f"\nSELECT * FROM ({union}) AS replay ORDER BY 1 DESC, 2 LIMIT %(limit)s"
     )
     # Under the read budget (2 s), like every read.
-    with read_transaction() as cursor:
+    with standby_read(beside_live=True, caught_up_to=caught_up_to) as cursor:
         cursor.execute(sql, params)
         return [(int(created_at), event_id, raw) for created_at, event_id, raw in cursor]
 

@@ -27,6 +27,7 @@ from django.db import DatabaseError
 
 from artifacts.selectors.communities import community_for_host
 from artifacts.selectors.replay import ChannelState, ReplayRow, replay_events
+from artifacts.selectors.standby import primary_position
 from artifacts.services.ingest import ingest_event
 from artifacts.ws import shutdown
 from artifacts.ws.dbcall import run_db
@@ -339,7 +340,11 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     def _replay_rows(
         self, filters: tuple[Filter, ...], pubkeys: frozenset[str]
     ) -> list[ReplayRow]:
-        """Each filter's replay (its own `limit`), de-duplicated across filters."""
+        """Each filter's replay (its own `limit`), de-duplicated across filters.
+
+        The subscription is already registered: a standby may serve the replay once it has
+        replayed what the primary had committed by now, and later commits arrive live."""
+        position = primary_position()
         seen: set[str] = set()
         rows: list[ReplayRow] = []
         for flt in filters:
@@ -354,6 +359,7 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                 since=flt.since,
                 until=flt.until,
                 limit=flt.limit,
+                caught_up_to=position,
             ):
                 if row[1] not in seen:
                     seen.add(row[1])

@@ -22,6 +22,7 @@ VARIABLES = [
     "RELAY_PREVIOUS_SIGNING_KEYS", "RELAY_PUBLIC_URL", "RELAY_TRUSTED_PROXIES", "SECRET_KEY",
     "SECRET_KEY_FILE", "DEBUG", "ARTIFACT_SYNC_OVERLAP_SECONDS", "ARTIFACT_SYNC_TOKEN_MAX_AGE",
     "DATABASE_POOLER", "DATABASE_DIRECT_URL", "DATABASE_PREPARED_STATEMENTS", "REDIS_SENTINELS",
+    "DATABASE_REPLICA_URL", "DATABASE_REPLICA_MAX_LAG_MS",
 ]
 
 
@@ -141,6 +142,48 @@ def test_database_url_options_and_socket_host() -> None:
     assert (parsed.user, parsed.password, parsed.name) == ("app@corp", "p/w:", "buzz-prod")
     assert parsed.host == "/run/postgresql" and parsed.port == ""
     assert parsed.options == {"sslmode": "require"}
+
+
+def test_a_multi_host_url_lists_hosts_and_ports_for_libpq() -> None:
+    """libpq's failover form: Django hands HOST and PORT to libpq, which tries each in turn."""
+    parsed = parse_database_url(
+        "postgres://relay:pw@db-a:5432,db-b:5433/buzz?target_session_attrs=read-write"
+    )
+    assert (parsed.host, parsed.port) == ("db-a,db-b", "5432,5433")
+    assert parsed.options == {"target_session_attrs": "read-write"}
+    assert parse_database_url("postgres://u@a,b/db").host == "a,b"
+    assert parse_database_url("postgres://u@[::1]:5432/db").host == "::1"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgres://u@a:5432,b/db",
+         "DATABASE_URL lists several hosts: give each its port, or none"),
+        ("postgres://u@a:5432,b:x/db", "DATABASE_URL has a port that is not a number"),
+    ],
+)
+def test_a_bad_multi_host_url_is_refused(
+    clean_environment: pytest.MonkeyPatch, url: str, expected: str
+) -> None:
+    assert error_of(clean_environment, DATABASE_URL=url) == expected
+
+
+def test_replica_url_and_lag_bound(clean_environment: pytest.MonkeyPatch) -> None:
+    clean_environment.setenv("DATABASE_REPLICA_URL", "postgres://relay@standby:5432/buzz")
+    clean_environment.setenv("DATABASE_REPLICA_MAX_LAG_MS", "250")
+    config = read_config()
+    assert config.replica is not None and config.replica.host == "standby"
+    assert config.replica_max_lag_ms == 250
+    assert error_of(clean_environment, DATABASE_REPLICA_URL="mysql://x/y").startswith(
+        "DATABASE_REPLICA_URL must look like postgres://")
+    clean_environment.setenv("DATABASE_REPLICA_URL", "postgres://relay@standby:5432/buzz")
+    assert error_of(clean_environment, DATABASE_REPLICA_MAX_LAG_MS="-1") == (
+        "DATABASE_REPLICA_MAX_LAG_MS must be at least 0 (got -1)")
+    clean_environment.delenv("DATABASE_URL")
+    clean_environment.delenv("DATABASE_REPLICA_MAX_LAG_MS")
+    assert error_of(clean_environment) == (
+        "DATABASE_REPLICA_URL needs DATABASE_URL (the primary) as well")
 
 
 _text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=1,
