@@ -26,6 +26,7 @@ LAYER_NAMES = {PURE: "pure Nostr", MODELS: "models", LOGIC: "services/selectors"
 MODEL_MODULES = (
     "artifacts.models", "artifacts.db", "artifacts.schema", "artifacts.tokens",
     "artifacts.signals", "relayinfo.models", "buzzrelay.config", "buzzrelay.settings",
+    "buzzrelay.redis_topology",  # which Redis each client reaches: settings-level
 )
 # Writes and reads, and what relayinfo computes from them for every surface.
 LOGIC_MODULES = (
