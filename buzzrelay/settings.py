@@ -69,7 +69,9 @@ APPEND_SLASH = False
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # Inside the buzzrelay package, so the relay's wheel carries them (pyproject's
+        # package-data); first, so the relay's admin/index.html overrides the admin's own.
+        "DIRS": [Path(__file__).resolve().parent / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

@@ -85,6 +85,9 @@ def test_the_readme_walkthrough_runs_with_only_the_client_installed(
     assert f"buzz-sync=={__version__}" in relay_requires
     assert any(r.startswith("Django") for r in relay_requires)
     assert "buzzclient" not in relay_files and "nostr" not in relay_files  # one owner per file
+    with zipfile.ZipFile(wheels["buzz_relay"]) as archive:  # the pages ship with the relay
+        assert {"buzzrelay/templates/admin/index.html", "buzzrelay/templates/relayinfo/home.html",
+                "buzzrelay/templates/admin/relayinfo/readiness.html"} <= set(archive.namelist())
 
     fresh = tmp_path / "venv"
     venv.create(fresh, with_pip=True)
