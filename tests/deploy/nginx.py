@@ -22,12 +22,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from websockets.sync.client import ClientConnection, connect
 
 from buzzrelay.embedded import free_port
+from tests.faults.clients import Client
 from tests.relay_server import ROOT
 
 CONFIG = ROOT / "deploy" / "nginx" / "buzz.conf"
@@ -169,3 +172,53 @@ def start_nginx(directory: Path, *, upstreams: list[int], tls: Tls) -> NginxProc
                 proxy.stop()
                 raise RuntimeError(f"nginx did not listen:\n{proxy.log()}") from None
             time.sleep(0.05)
+
+
+class SniTransport(httpx.HTTPTransport):
+    """Connects to the proxy on loopback (from `local_address`, when given), naming the public
+    host in TLS (SNI and the certificate check) as a client resolving it would."""
+
+    def __init__(self, tls: Tls, local_address: str | None = None) -> None:
+        super().__init__(verify=tls.client_context(), local_address=local_address)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        request.extensions["sni_hostname"] = PUBLIC_HOST
+        return super().handle_request(request)
+
+
+@dataclass(frozen=True)
+class PublicEndpoint:
+    """How clients reach the relay through the proxy: https:// and wss:// on the public host
+    (with the proxy's test port), connected to loopback."""
+
+    tls: Tls
+    port: int
+
+    @property
+    def base_url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def netloc(self) -> str:
+        return f"{PUBLIC_HOST}:{self.port}"
+
+    def http(self, local_address: str | None = None, timeout: float = 15) -> httpx.Client:
+        return httpx.Client(transport=SniTransport(self.tls, local_address), timeout=timeout,
+                            headers={"Host": self.netloc}, base_url=self.base_url)
+
+    def signed_client(self, local_address: str | None = None, secret: str | None = None
+                      ) -> Client:
+        """A NIP-98 client signing https://relay.example.com:<port>/... (tests/faults/clients)."""
+        client = Client(self.base_url, secret, host=PUBLIC_HOST)
+        client.http.close()
+        client.http = self.http(local_address)
+        return client
+
+    def websocket(self, local_address: str | None = None) -> ClientConnection:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.settimeout(10)
+        if local_address is not None:
+            sock.bind((local_address, 0))
+        sock.connect(("127.0.0.1", self.port))
+        return connect(f"wss://{self.netloc}/", sock=sock, ssl=self.tls.client_context(),
+                       server_hostname=PUBLIC_HOST, open_timeout=10)

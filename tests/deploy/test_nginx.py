@@ -23,31 +23,25 @@ import httpx
 import orjson
 import pytest
 import redis
-from websockets.sync.client import connect
 
 from artifacts.models import Community
 from buzzrelay.ratelimit import KEY_PREFIX as RATE_LIMIT_PREFIX
 from nostr.nip42 import make_auth_event
-from tests.deploy.nginx import PUBLIC_HOST, NginxProcess, Tls, self_signed_certificate, start_nginx
-from tests.faults.clients import Client, Collection
+from tests.deploy.nginx import (
+    PUBLIC_HOST,
+    NginxProcess,
+    PublicEndpoint,
+    Tls,
+    self_signed_certificate,
+    start_nginx,
+)
+from tests.faults.clients import Collection
 from tests.relay_server import RelayProcess, start_relay
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 # The per-address bucket of the relay: BURST requests, then 429 (it refills very slowly).
 BURST = 4
-
-
-class SniTransport(httpx.HTTPTransport):
-    """Connects to the proxy on loopback, from `local_address`, naming the public host in TLS
-    (SNI and certificate check) as a client resolving relay.example.com would."""
-
-    def __init__(self, tls: Tls, local_address: str) -> None:
-        super().__init__(verify=tls.client_context(), local_address=local_address)
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        request.extensions["sni_hostname"] = PUBLIC_HOST
-        return super().handle_request(request)
 
 
 @dataclass
@@ -57,23 +51,8 @@ class Stack:
     tls: Tls
 
     @property
-    def base_url(self) -> str:
-        return f"https://127.0.0.1:{self.proxy.https_port}"
-
-    @property
-    def public_netloc(self) -> str:
-        return f"{PUBLIC_HOST}:{self.proxy.https_port}"
-
-    def http(self, local_address: str) -> httpx.Client:
-        return httpx.Client(transport=SniTransport(self.tls, local_address), timeout=15,
-                            headers={"Host": self.public_netloc}, base_url=self.base_url)
-
-    def signed_client(self, local_address: str) -> Client:
-        """A NIP-98 client signing https://relay.example.com:<port>/... as it sends through
-        the proxy."""
-        client = Client(self.base_url, host=PUBLIC_HOST)
-        client.http = self.http(local_address)
-        return client
+    def public(self) -> PublicEndpoint:
+        return PublicEndpoint(self.tls, self.proxy.https_port)
 
 
 def _addresses() -> Iterator[str]:
@@ -134,15 +113,6 @@ def _unsigned_queries(http: httpx.Client, count: int, **headers: str) -> list[in
     ]
 
 
-def _ws(stack: Stack, local_address: str) -> Any:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.settimeout(10)
-    sock.bind((local_address, 0))
-    sock.connect(("127.0.0.1", stack.proxy.https_port))
-    return connect(f"wss://{stack.public_netloc}/", sock=sock, ssl=stack.tls.client_context(),
-                   server_hostname=PUBLIC_HOST, open_timeout=10)
-
-
 def _recv(ws: Any) -> list[Any]:
     message: list[Any] = orjson.loads(ws.recv(timeout=10))
     return message
@@ -150,17 +120,16 @@ def _recv(ws: Any) -> list[Any]:
 
 def test_through_a_trusted_proxy(trusted: Stack) -> None:
     addresses = _addresses()
-    base = trusted.base_url
 
     # NIP-11 and an incremental round, NIP-98 signed over https://relay.example.com:<port>:
     # the relay rebuilds that URL from X-Forwarded-Proto and X-Forwarded-Host.
-    with trusted.http(next(addresses)) as http:
-        info = http.get(f"{base}/", headers={"Accept": "application/nostr+json"})
+    with trusted.public.http(next(addresses)) as http:
+        info = http.get("/", headers={"Accept": "application/nostr+json"})
         assert info.status_code == 200, (info.text, trusted.proxy.log())
         assert info.json()["name"] == "Public"
         assert "artifacts" in info.json()
-        assert http.get(f"{base}/metrics").status_code == 404  # not through the proxy
-    reader = Collection(trusted.signed_client(next(addresses)), keep_pages=True)
+        assert http.get("/metrics").status_code == 404  # not through the proxy
+    reader = Collection(trusted.public.signed_client(next(addresses)), keep_pages=True)
     reader.round()
     assert reader.pages[0]["reset"] is True and reader.pages[-1]["more"] is False
     reader.round()  # a continuation round: the token from the proxied round is good
@@ -168,11 +137,11 @@ def test_through_a_trusted_proxy(trusted: Stack) -> None:
 
     # The WebSocket through the proxy: upgrade, AUTH with the wss:// URL the client used.
     secret = reader.client.secret
-    with _ws(trusted, next(addresses)) as ws:
+    with trusted.public.websocket(next(addresses)) as ws:
         challenge = _recv(ws)
         assert challenge[0] == "AUTH"
         event = make_auth_event(secret, challenge=challenge[1],
-                                relay_url=f"wss://{trusted.public_netloc}/")
+                                relay_url=f"wss://{trusted.public.netloc}/")
         ws.send(orjson.dumps(["AUTH", event]).decode())
         assert _recv(ws) == ["OK", event["id"], True, ""]
         ws.send('["REQ", "s", {"kinds": [45010]}]')
@@ -180,11 +149,11 @@ def test_through_a_trusted_proxy(trusted: Stack) -> None:
 
     # Each client address has its own bucket: the relay sees the address nginx saw.
     first, second = next(addresses), next(addresses)
-    with trusted.http(first) as http:
+    with trusted.public.http(first) as http:
         assert _unsigned_queries(http, BURST + 1) == [401] * BURST + [429]
         # Claiming to be someone else does not refill it: nginx appends the real address.
         assert _unsigned_queries(http, 1, **{"X-Forwarded-For": second}) == [429]
-    with trusted.http(second) as http:
+    with trusted.public.http(second) as http:
         assert _unsigned_queries(http, 1) == [401]
 
     # Plain HTTP only redirects; the certificate is checked against the public host.
@@ -202,13 +171,13 @@ def test_through_an_untrusted_proxy(untrusted: Stack) -> None:
     addresses = _addresses()
     # The relay does not believe X-Forwarded-Proto: to it the request came over http, so a
     # NIP-98 header signed for https://... names another URL.
-    response = untrusted.signed_client(next(addresses)).query({"kinds": [45010]})
+    response = untrusted.public.signed_client(next(addresses)).query({"kinds": [45010]})
     assert response.status_code == 401, response.text
     assert "u tag does not match the request URL" in response.json()["message"]
     # Forwarded headers are ignored: every client is the proxy's address, in one bucket (the
     # request above took one token of it).
     first, second = next(addresses), next(addresses)
-    with untrusted.http(first) as http:
+    with untrusted.public.http(first) as http:
         assert _unsigned_queries(http, BURST) == [401] * (BURST - 1) + [429]
-    with untrusted.http(second) as http:
+    with untrusted.public.http(second) as http:
         assert _unsigned_queries(http, 1) == [429]
