@@ -67,6 +67,7 @@ MAX_OUTBOX_LIVE = 1000
 MAX_OUTBOX_BYTES = 16 * 1024 * 1024
 MAX_PENDING_LIVE = 1000  # live frames held back while a subscription replays
 CLOSE_GOING_AWAY = 1001
+GOING_AWAY_REASON = "going away: the relay instance is shutting down"
 CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
 
@@ -143,6 +144,13 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         if community is None:
             # Refusing before accept makes the server answer the upgrade with HTTP 403.
             await self.close()
+            return
+        if shutdown.draining():
+            # The instance is stopping (a rolling restart) and its listener is still open for
+            # the drain: a handshake it let in would get uvicorn's 500 when the shutdown
+            # catches it. Told what a drained connection is told, the client goes elsewhere.
+            await self.accept()
+            await self.close(code=CLOSE_GOING_AWAY, reason=GOING_AWAY_REASON)
             return
         self.community = community
         self.community_id = community.id
@@ -433,4 +441,4 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             return
         self.closing = True
         await self.outbox.drained(timeout=shutdown.DRAIN_SECONDS / 2)
-        await self._close(CLOSE_GOING_AWAY, "going away: the relay instance is shutting down")
+        await self._close(CLOSE_GOING_AWAY, GOING_AWAY_REASON)

@@ -19,7 +19,7 @@ from collections.abc import Awaitable
 from types import FrameType
 from typing import Any, Protocol
 
-__all__ = ["DRAIN_SECONDS", "Drainable", "register", "unregister"]
+__all__ = ["DRAIN_SECONDS", "Drainable", "draining", "register", "unregister"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,11 @@ _draining = False
 def register(connection: Drainable) -> None:
     _connections.add(connection)
     _install(asyncio.get_running_loop())
+
+
+def draining() -> bool:
+    """The process was told to stop and is closing its connections: new ones go elsewhere."""
+    return _draining
 
 
 def unregister(connection: Drainable) -> None:
