@@ -126,6 +126,13 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     hub: SyncHub | None = None
 
     async def connect(self) -> None:
+        shutdown.handshake_started(self)
+        try:
+            await self._connect()
+        finally:
+            shutdown.handshake_done(self)
+
+    async def _connect(self) -> None:
         self.outbox: Outbox | None = None
         self.subs: dict[str, Subscription] = {}
         # How many of `subs` the open-subscriptions gauge holds for this connection.
