@@ -3,7 +3,7 @@ connections, as Prometheus metrics (relayinfo.metrics; summed over the workers a
 
 Outermost in `buzzrelay.asgi.build_application()`, so it times what a client waits for: static
 files, the front door and Django alike, from the request's arrival to the last byte sent. The
-endpoint label is one of a fixed set (the relay's routes, `/static/`, `/admin/`, `other`), so a
+endpoint label is one of a fixed set (the relay's route names, `static`, `admin`, `other`), so a
 client cannot grow the label space with made-up paths.
 """
 
@@ -25,18 +25,59 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-ROUTES = frozenset({"/", "/info", "/query", "/event", "/healthz", "/readyz", "/metrics",
-                    "/openapi.json"})
+# Paths outside the URL map: WhiteNoise's static files, answered before Django (their own label
+# however many files there are).
+STATIC_PREFIX = "/static/"
+ADMIN_PREFIX = "/admin/"
 
 
-def endpoint_label(path: str) -> str:
-    if path in ROUTES:
-        return path
-    if path.startswith("/static/"):
-        return "/static/"
-    if path.startswith("/admin/"):
-        return "/admin/"
-    return "other"
+def route_names() -> dict[str, str]:
+    """Every fixed path of the relay's URL map (buzzrelay/urls.py) -> its route name, e.g.
+    "/query" -> "post-query". The Django admin's own pages are left out (they are all `admin`),
+    and so are routes with converters or without a name (`other`)."""
+    from django.urls import URLPattern, URLResolver, get_resolver
+
+    names: dict[str, str] = {}
+
+    def walk(patterns: list[Any], prefix: str) -> None:
+        for pattern in patterns:
+            route = str(pattern.pattern)
+            if "<" in route or "(" in route:
+                continue
+            if isinstance(pattern, URLResolver):
+                if pattern.namespace == "admin":
+                    continue
+                walk(pattern.url_patterns, prefix + route)
+            elif isinstance(pattern, URLPattern) and pattern.name:
+                names.setdefault("/" + prefix + route, pattern.name)
+
+    walk(get_resolver().url_patterns, "")
+    return names
+
+
+class EndpointLabels:
+    """The endpoint label of a request path: its route name, `static`, `admin` (the Django
+    admin's pages: their URLs carry object ids) or `other` (every unknown path, so a client
+    cannot grow the label space with made-up paths). The route map is read once."""
+
+    def __init__(self) -> None:
+        self._routes: dict[str, str] | None = None
+
+    def __call__(self, path: str) -> str:
+        routes = self._routes
+        if routes is None:
+            routes = self._routes = route_names()
+        name = routes.get(path)
+        if name is not None:
+            return name
+        if path.startswith(STATIC_PREFIX):
+            return "static"
+        if path.startswith(ADMIN_PREFIX):
+            return "admin"
+        return "other"
+
+
+endpoint_label = EndpointLabels()
 
 
 class RequestMetrics:

@@ -65,8 +65,12 @@ FENCE_BUCKETS_MS = (1, 5, 10, 50, 100, 500, 1000, 5000, 10000, 30000, 60000, 120
 MULTIPROC_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
 PAGES = Counter("buzz_incremental_pages", "Incremental pages served")
-RESETS = Counter("buzz_incremental_resets", "Incremental pages that started a full round")
-ROUNDS = Counter("buzz_incremental_rounds", "Incremental rounds finished (more: false)")
+RESETS = Counter(
+    "buzz_incremental_resets", "Incremental pages that started a full round, by cause", ["cause"]
+)
+ROUNDS = Counter(
+    "buzz_incremental_rounds", "Incremental rounds finished (more: false), by kind", ["kind"]
+)
 ROWS = Counter("buzz_incremental_rows", "Events plus removals served on incremental pages")
 PAGE_ROWS = Histogram(
     "buzz_incremental_page_rows", "Events plus removals per incremental page",
@@ -92,6 +96,33 @@ WEBSOCKET_CONNECTIONS = Gauge(
 WEBSOCKET_CONNECTIONS_OPENED = Counter(
     "buzz_websocket_connections_opened", "WebSocket connections accepted or refused"
 )
+WEBSOCKET_SUBSCRIPTIONS = Gauge(
+    "buzz_websocket_subscriptions", "Open REQ subscriptions on the WebSocket connections",
+    multiprocess_mode="livesum",
+)
+HUB_DROPS = Counter(
+    "buzz_hub_drops",
+    "Live events not delivered (the client is told to run an HTTP round), by cause: lost = "
+    "channel-layer messages this process never received; stale = events of messages older than "
+    "the hub's lag bound; slow_client = frames a connection could not queue (its outbox, or "
+    "what it holds back while a REQ replays, is full)",
+    ["cause"],
+)
+
+# The label values are fixed sets: each child is bound once here, so a page or a drop costs a
+# tuple lookup, not prometheus_client's `.labels()` (a lock and a label validation) each time.
+# Binding also makes every series appear, at 0, before its first event.
+RESET_CAUSES = ("start", "retired", "epoch", "expired", "not_ready", "view")
+ROUND_KINDS = ("full", "continuation")
+HUB_DROP_CAUSES = ("lost", "stale", "slow_client")
+_RESETS_BY_CAUSE = {cause: RESETS.labels(cause) for cause in RESET_CAUSES}
+_ROUNDS_BY_KIND = {kind: ROUNDS.labels(kind) for kind in ROUND_KINDS}
+HUB_DROPS_LOST = HUB_DROPS.labels("lost")
+HUB_DROPS_STALE = HUB_DROPS.labels("stale")
+HUB_DROPS_SLOW_CLIENT = HUB_DROPS.labels("slow_client")
+# (endpoint, status) -> bound child: endpoints are a fixed set (buzzrelay.request_metrics) and
+# statuses few, so this stays small.
+_HTTP_DURATION_CHILDREN: dict[tuple[str, int], Any] = {}
 
 
 def _multiprocess_dir() -> str | None:
@@ -129,17 +160,21 @@ def _minute(now: float) -> int:
 
 
 def record_round(
-    *, reset: bool, rows: int, fence_lag_ms: float, more: bool | None = None, flush: bool = True
+    *, reset_cause: str | None, rows: int, fence_lag_ms: float, full_round: bool,
+    more: bool | None = None, flush: bool = True,
 ) -> bool:
     """Count one incremental page served.
 
-    `reset`: the page started a new full round; `rows`: len(events) + len(removed);
+    `reset_cause`: why the page started a new full round (Page.reset_cause: start, retired,
+    epoch, expired, not_ready, view), None when it did not; `full_round`: the page belongs to a
+    full round (else a continuation round); `rows`: len(events) + len(removed);
     `fence_lag_ms`: how far the round's T lags the database's now() (open transactions hold it
     back); `more`: the page's `more` flag, when given a `more: false` page counts a finished round.
     `flush`: write due counts to the shared cache now; with False, return whether a flush is due
     instead (an event loop must not wait on the cache: it runs `flush_metrics` in a thread).
     """
     global _last_flush
+    reset = reset_cause is not None
     now = time.time()
     fence_us = max(0, int(fence_lag_ms * 1000))
     with _lock:
@@ -161,10 +196,10 @@ def record_round(
     ROWS.inc(rows)
     PAGE_ROWS.observe(rows)
     FENCE_LAG.observe(max(0.0, fence_lag_ms) / 1000)
-    if reset:
-        RESETS.inc()
+    if reset_cause is not None:
+        _child(_RESETS_BY_CAUSE, RESETS, reset_cause).inc()
     if more is False:
-        ROUNDS.inc()
+        _child(_ROUNDS_BY_KIND, ROUNDS, "full" if full_round else "continuation").inc()
     if due and flush:
         flush_metrics()
     return due
@@ -179,8 +214,17 @@ def record_nip98_check() -> None:
     NIP98_CHECKS.inc()
 
 
+def _child(bound: dict[str, Any], metric: Counter, label: str) -> Any:
+    child = bound.get(label)
+    return metric.labels(label) if child is None else child
+
+
 def record_http_request(*, endpoint: str, status: int, seconds: float) -> None:
-    HTTP_REQUEST_DURATION.labels(endpoint, str(status)).observe(seconds)
+    key = (endpoint, status)
+    child = _HTTP_DURATION_CHILDREN.get(key)
+    if child is None:
+        child = _HTTP_DURATION_CHILDREN[key] = HTTP_REQUEST_DURATION.labels(endpoint, str(status))
+    child.observe(seconds)
 
 
 def flush_metrics() -> None:
@@ -345,9 +389,12 @@ def process_totals() -> ProcessTotals:
     def value(counter: Counter) -> int:
         return int(counter._value.get())
 
+    def total(bound: dict[str, Any]) -> int:
+        return sum(value(child) for child in bound.values())
+
     return ProcessTotals(
-        value(PAGES), value(RESETS), value(ROUNDS), value(ROWS), value(NIP98_CHECKS),
-        value(FRONT_DOOR_REQUESTS),
+        value(PAGES), total(_RESETS_BY_CAUSE), total(_ROUNDS_BY_KIND), value(ROWS),
+        value(NIP98_CHECKS), value(FRONT_DOOR_REQUESTS),
     )
 
 

@@ -192,7 +192,8 @@ async def _read_page_on_loop(read: OpenRead, rounds: RoundRequest) -> Page:
 def record_page(page: Page, *, flush: bool = True) -> bool:
     """Count a served page in the round metrics (relayinfo.metrics.record_round)."""
     return record_round(
-        reset=page.reset,
+        reset_cause=page.reset_reason,
+        full_round=page.full_round,
         rows=len(page.events) + len(page.removed),
         fence_lag_ms=page.fence_lag.total_seconds() * 1000,
         more=page.more,

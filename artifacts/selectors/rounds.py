@@ -93,6 +93,8 @@ class Page:
     reset: bool
     # Why the page reset (None when it did not): start, retired, epoch, expired, not_ready, view.
     reset_reason: str | None = None
+    # The page belongs to a full round (else a continuation round): the metrics' round kind.
+    full_round: bool = True
     # How far the round's T lags the page's now() (open transactions hold it back).
     fence_lag: timedelta = timedelta(0)
     # Channels that left the reader's view (an incremental view change): the client deletes
@@ -318,6 +320,7 @@ def page_steps(
         more=not _finished(next_token),
         reset=reset_reason is not None,
         reset_reason=reset_reason,
+        full_round=token.watermark == _ORIGIN,
         fence_lag=now - token.round_t,
         removed_channels=[str(uuid.UUID(bytes=channel)) for channel in lost],
     )

@@ -54,6 +54,7 @@ from artifacts.ws.outbox import Outbox
 from artifacts.ws.scope import client_address, public_host, public_relay_url
 from buzzrelay.ratelimit import address_wait, pubkey_wait
 from nostr.nip42 import Nip42Error, verify_auth_event
+from relayinfo.metrics import HUB_DROPS_SLOW_CLIENT, WEBSOCKET_SUBSCRIPTIONS
 
 __all__ = ["SyncConsumer", "sync_limits"]
 
@@ -67,6 +68,7 @@ MAX_OUTBOX_LIVE = 1000
 MAX_OUTBOX_BYTES = 16 * 1024 * 1024
 MAX_PENDING_LIVE = 1000  # live frames held back while a subscription replays
 CLOSE_GOING_AWAY = 1001
+GOING_AWAY_REASON = "going away: the relay instance is shutting down"
 CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
 
@@ -125,8 +127,18 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     hub: SyncHub | None = None
 
     async def connect(self) -> None:
+        shutdown.handshake_started(self)
+        try:
+            await self._connect()
+        finally:
+            shutdown.handshake_done(self)
+
+    async def _connect(self) -> None:
         self.outbox: Outbox | None = None
         self.subs: dict[str, Subscription] = {}
+        # How many of `subs` the open-subscriptions gauge holds for this connection.
+        self._counted_subs = 0
+        self._disconnected = False
         self.pubkeys: set[str] = set()
         self.closing = False
         if not settings.RELAY_WEBSOCKET_SYNC or self.scope.get("path", "/") not in ("", "/"):
@@ -140,6 +152,13 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         if community is None:
             # Refusing before accept makes the server answer the upgrade with HTTP 403.
             await self.close()
+            return
+        if shutdown.draining():
+            # The instance is stopping (a rolling restart) and its listener is still open for
+            # the drain: a handshake it let in would get uvicorn's 500 when the shutdown
+            # catches it. Told what a drained connection is told, the client goes elsewhere.
+            await self.accept()
+            await self.close(code=CLOSE_GOING_AWAY, reason=GOING_AWAY_REASON)
             return
         self.community = community
         self.community_id = community.id
@@ -158,11 +177,21 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def disconnect(self, code: int) -> None:
         self.closing = True
+        self._disconnected = True
+        self._count_subscriptions()
         shutdown.unregister(self)
         if self.hub is not None:
             await self.hub.leave(self)
         if self.outbox is not None:
             self.outbox.close()
+
+    def _count_subscriptions(self) -> None:
+        """Bring the open-subscriptions gauge to this connection's share (called after every
+        change of `subs`; none once disconnected, even if a REQ in flight adds one later)."""
+        share = 0 if self._disconnected else len(self.subs)
+        if share != self._counted_subs:
+            WEBSOCKET_SUBSCRIPTIONS.inc(share - self._counted_subs)
+            self._counted_subs = share
 
     async def _send_frame(self, frame: str) -> None:
         # Straight to the server: Channels' send() only wraps this same message (hot path).
@@ -214,6 +243,7 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             await self._event(message)
         elif isinstance(message, CloseMessage):
             self.subs.pop(message.sub_id, None)
+            self._count_subscriptions()
         elif isinstance(message, AuthMessage):
             await self._auth(message)
 
@@ -293,6 +323,7 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             return
         # NIP-01: a REQ with an id in use replaces that subscription.
         self.subs.pop(sub_id, None)
+        self._count_subscriptions()
         sub = Subscription.create(sub_id, message.filters)
         hub = get_hub()
         try:
@@ -315,11 +346,13 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             # Registered before the replay query: whatever commits after its snapshot arrives
             # live (held in `pending` until EOSE).
             self.subs[sub_id] = sub
+            self._count_subscriptions()
             rows = await run_db(self._replay_rows, sub.filters, frozenset(self.pubkeys))
         except DatabaseError as exc:
             logger.warning("WebSocket REQ failed: %s", exc)
             if self.subs.get(sub_id) is sub:
                 del self.subs[sub_id]
+                self._count_subscriptions()
             self._reply(closed(sub_id, "error: the relay could not read; retry later"))
             return
         if self.subs.get(sub_id) is not sub:
@@ -391,6 +424,7 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                 sub.pending.append((event.id, frame))
             else:
                 sub.pending_dropped += 1
+                HUB_DROPS_SLOW_CLIENT.inc()
 
     def live_missed(self, count: int) -> None:
         if self.subs and self.outbox is not None and not self.closing:
@@ -411,6 +445,7 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                 continue
             if self.subs.get(sub.sub_id) is sub:
                 del self.subs[sub.sub_id]
+                self._count_subscriptions()
                 self._reply(closed(sub.sub_id, REVOKED_CHANNELS))
 
     async def going_away(self) -> None:
@@ -419,4 +454,4 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             return
         self.closing = True
         await self.outbox.drained(timeout=shutdown.DRAIN_SECONDS / 2)
-        await self._close(CLOSE_GOING_AWAY, "going away: the relay instance is shutting down")
+        await self._close(CLOSE_GOING_AWAY, GOING_AWAY_REASON)

@@ -44,6 +44,7 @@ from artifacts.ws.dbcall import run_db
 from artifacts.ws.filters import LiveEvent
 from artifacts.ws.publish import EVERY_CHANNEL, LiveMessage, community_group, current_sequence
 from artifacts.ws.sequence import SequenceTracker
+from relayinfo.metrics import HUB_DROPS_LOST, HUB_DROPS_STALE
 
 __all__ = ["AccessCache", "HubClient", "SyncHub", "get_hub"]
 
@@ -235,6 +236,7 @@ class SyncHub:
         if not entries:
             return
         if time.time() - (message.sent_at or time.time()) > MAX_LAG_SECONDS:
+            HUB_DROPS_STALE.inc(len(entries))
             for client in list(self._clients.get(community_id, ())):
                 client.live_missed(len(entries))
             return
@@ -248,6 +250,7 @@ class SyncHub:
         if not lost:
             return
         logger.warning("sync hub: %d live messages lost for community %d", lost, community_id)
+        HUB_DROPS_LOST.inc(lost)
         # A lost message may have been an access change.
         self.access.invalidate(community_id, None)
         for client in list(self._clients.get(community_id, ())):

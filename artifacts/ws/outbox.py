@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from artifacts.ws.messages import notice
+from relayinfo.metrics import HUB_DROPS_SLOW_CLIENT
 
 __all__ = ["Outbox"]
 
@@ -72,6 +73,7 @@ class Outbox:
             return False
         if self._live >= self.max_live or self._bytes + len(frame) > self.max_bytes:
             self.dropped += 1
+            HUB_DROPS_SLOW_CLIENT.inc()
             return False
         self._queue.append((frame, True))
         self._live += 1

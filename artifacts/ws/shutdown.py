@@ -6,6 +6,10 @@ client knows the instance is leaving and reconnects elsewhere; then uvicorn's ow
 and shuts the server down as usual. uvicorn installs its handlers with `signal.signal` before
 it loads the application, so chaining them here, from the event loop's (main) thread, the first
 time a connection opens, keeps its behaviour (including a second signal forcing the exit).
+
+The listener stays open during the drain, so a client reconnecting may reach this instance
+again: its handshake is accepted and closed with 1001 at once (`draining()`), and the drain
+waits for handshakes under way, which uvicorn's shutdown would otherwise answer with a 500.
 """
 
 from __future__ import annotations
@@ -19,7 +23,15 @@ from collections.abc import Awaitable
 from types import FrameType
 from typing import Any, Protocol
 
-__all__ = ["DRAIN_SECONDS", "Drainable", "register", "unregister"]
+__all__ = [
+    "DRAIN_SECONDS",
+    "Drainable",
+    "draining",
+    "handshake_done",
+    "handshake_started",
+    "register",
+    "unregister",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +44,9 @@ class Drainable(Protocol):
 
 
 _connections: weakref.WeakSet[Any] = weakref.WeakSet()
+# Connections whose handshake is being decided (the consumer's connect): uvicorn's shutdown
+# answers those 500, so the drain waits for them to be accepted or refused first.
+_handshakes: weakref.WeakSet[Any] = weakref.WeakSet()
 _installed_for: asyncio.AbstractEventLoop | None = None
 _draining = False
 
@@ -39,6 +54,20 @@ _draining = False
 def register(connection: Drainable) -> None:
     _connections.add(connection)
     _install(asyncio.get_running_loop())
+
+
+def handshake_started(connection: object) -> None:
+    _handshakes.add(connection)
+    _install(asyncio.get_running_loop())
+
+
+def handshake_done(connection: object) -> None:
+    _handshakes.discard(connection)
+
+
+def draining() -> bool:
+    """The process was told to stop and is closing its connections: new ones go elsewhere."""
+    return _draining
 
 
 def unregister(connection: Drainable) -> None:
@@ -65,7 +94,7 @@ def _on_signal(
     loop: asyncio.AbstractEventLoop, previous: Any, signum: int, frame: FrameType | None
 ) -> None:
     global _draining
-    if _draining or loop.is_closed() or not _connections:
+    if _draining or loop.is_closed() or not (_connections or _handshakes):
         _chain(previous, signum, frame)
         return
     _draining = True
@@ -75,12 +104,18 @@ def _on_signal(
 
 
 async def _drain_then_chain(previous: Any, signum: int, frame: FrameType | None) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DRAIN_SECONDS
     connections = list(_connections)
     logger.info("closing %d WebSocket connection(s): going away", len(connections))
     if connections:
         await asyncio.wait(
             [asyncio.ensure_future(c.going_away()) for c in connections], timeout=DRAIN_SECONDS
         )
+    # Handshakes under way (the listener is still open during the drain) are closed with 1001
+    # by the consumer once it sees `draining()`; then uvicorn's shutdown finds none to answer 500.
+    while _handshakes and loop.time() < deadline:
+        await asyncio.sleep(0.01)
     _chain(previous, signum, frame)
 
 

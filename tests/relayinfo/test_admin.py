@@ -53,7 +53,8 @@ def test_staff_sees_verdict_checks_schema_fleet_epoch_lag_and_traffic(
     from relayinfo import fleet
 
     fleet.register_instance(instance=uuid.uuid4())
-    metrics.record_round(reset=True, rows=12, fence_lag_ms=3.0, more=False)
+    metrics.record_round(reset_cause="start", full_round=True, rows=12, fence_lag_ms=3.0,
+                         more=False)
     client = Client()
     client.force_login(staff)
     response = client.get(PAGE)

@@ -14,6 +14,11 @@ from relayinfo import metrics
 from tests.relayinfo.conftest import transactional
 
 
+def _page(reset_cause: str | None, **kwargs: Any) -> bool:
+    """Count one page of a full round."""
+    return metrics.record_round(reset_cause=reset_cause, full_round=True, **kwargs)
+
+
 @pytest.fixture(autouse=True)
 def _empty_buckets() -> None:
     metrics.flush_metrics()
@@ -24,9 +29,9 @@ def _empty_buckets() -> None:
 
 def test_pages_resets_rounds_rows_and_fence_lag_are_counted() -> None:
     before = metrics.process_totals()
-    metrics.record_round(reset=True, rows=100, fence_lag_ms=4.0, more=True)
-    metrics.record_round(reset=False, rows=40, fence_lag_ms=250.0, more=True)
-    metrics.record_round(reset=False, rows=10, fence_lag_ms=1.5, more=False)
+    _page("start", rows=100, fence_lag_ms=4.0, more=True)
+    _page(None, rows=40, fence_lag_ms=250.0, more=True)
+    _page(None, rows=10, fence_lag_ms=1.5, more=False)
     traffic = metrics.round_traffic(minutes=60)
     assert len(traffic.per_minute) == 60
     assert (traffic.pages, traffic.resets, traffic.rounds, traffic.rows) == (3, 1, 1, 150)
@@ -54,9 +59,9 @@ def test_fence_lag_and_rows_per_page_are_histograms() -> None:
              for bound in ("0.001", "0.005", "0.1", "0.5")}
     rows = {bound: _sample("buzz_incremental_page_rows_bucket", le=bound)
             for bound in ("10.0", "50.0", "100.0")}
-    metrics.record_round(reset=True, rows=100, fence_lag_ms=4.0, more=True)
-    metrics.record_round(reset=False, rows=40, fence_lag_ms=250.0, more=True)
-    metrics.record_round(reset=False, rows=10, fence_lag_ms=1.5, more=False)
+    _page("start", rows=100, fence_lag_ms=4.0, more=True)
+    _page(None, rows=40, fence_lag_ms=250.0, more=True)
+    _page(None, rows=10, fence_lag_ms=1.5, more=False)
     # Cumulative buckets: 1.5 ms fits every bucket from 5 ms, 250 ms only those from 500 ms.
     grew = {bound: _sample("buzz_fence_lag_seconds_bucket", le=bound) - before
             for bound, before in fence.items()}
@@ -67,7 +72,7 @@ def test_fence_lag_and_rows_per_page_are_histograms() -> None:
 
 
 def test_counts_of_every_process_add_up_in_the_shared_buckets() -> None:
-    metrics.record_round(reset=False, rows=7, fence_lag_ms=1.0)
+    _page(None, rows=7, fence_lag_ms=1.0)
     metrics.flush_metrics()
     # Another process flushing into the same minute (its own counts, same keys).
     minute = metrics._minute(time.time())
@@ -79,7 +84,7 @@ def test_counts_of_every_process_add_up_in_the_shared_buckets() -> None:
 
 @transactional
 def test_metrics_endpoint_is_prometheus_text_on_any_host(community: Community) -> None:
-    metrics.record_round(reset=True, rows=3, fence_lag_ms=2.0, more=False)
+    _page("start", rows=3, fence_lag_ms=2.0, more=False)
     response = Client().get("/metrics", HTTP_HOST="10.0.0.7:9100")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain; version=0.0.4")
@@ -150,11 +155,11 @@ def test_pages_never_wait_on_a_cache_that_is_down() -> None:
     from django.test import override_settings
 
     with override_settings(CACHES=DEAD_REDIS):
-        metrics.record_round(reset=False, rows=1, fence_lag_ms=1.0)
+        _page(None, rows=1, fence_lag_ms=1.0)
         metrics.flush_metrics()  # fails, and pauses flushing
         started = time.perf_counter()
         for _ in range(1000):
-            metrics.record_round(reset=False, rows=1, fence_lag_ms=1.0)
+            _page(None, rows=1, fence_lag_ms=1.0)
         assert time.perf_counter() - started < 0.5
         assert metrics.round_traffic(minutes=5).pages == 0  # nothing readable, no error
     metrics._down_until = 0.0

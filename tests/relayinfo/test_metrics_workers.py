@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -14,27 +16,46 @@ import httpx
 import pytest
 from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
-from websockets.sync.client import connect
 
 from artifacts.models import Community
+from tests.faults.clients import Client, Collection, WsClient
 from tests.relay_server import HOST, RelayProcess, start_relay
 from tests.relayinfo.conftest import transactional
 
 pytestmark = [transactional, pytest.mark.slow]
 
 DURATION_COUNT = "buzz_http_request_duration_seconds_count"
-HEALTHZ = (DURATION_COUNT, (("endpoint", "/healthz"), ("status", "200")))
-NIP11 = (DURATION_COUNT, (("endpoint", "/info"), ("status", "200")))
+HEALTHZ = (DURATION_COUNT, (("endpoint", "healthz"), ("status", "200")))
+NIP11 = (DURATION_COUNT, (("endpoint", "relay-info"), ("status", "200")))
+QUERY = (DURATION_COUNT, (("endpoint", "post-query"), ("status", "200")))
+FULL_ROUNDS = ("buzz_incremental_rounds_total", (("kind", "full"),))
+CONTINUATION_ROUNDS = ("buzz_incremental_rounds_total", (("kind", "continuation"),))
+START_RESETS = ("buzz_incremental_resets_total", (("cause", "start"),))
+SUBSCRIPTIONS = ("buzz_websocket_subscriptions", ())
 FRONT_DOOR = ("buzz_front_door_requests_total", ())
 
 
-def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+Scrape = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def _scrape(url: str) -> Scrape:
     text = httpx.get(f"{url}/metrics", timeout=10).text
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+def _scrape_until(url: str, done: Callable[[Scrape], bool], timeout: float = 10) -> Scrape:
+    """Scrape until `done` (a WebSocket's disconnect reaches its worker a moment after the
+    client's close returns)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        scrape = _scrape(url)
+        if done(scrape) or time.monotonic() > deadline:
+            return scrape
+        time.sleep(0.05)
 
 
 def _healthz_by_worker(directory: Path) -> Counter[int]:
@@ -72,6 +93,8 @@ def test_two_workers_counters_sum_over_the_workers_and_only_grow(
         base_healthz = warmup.get(HEALTHZ, 0.0)
         scrapes = []
         sent = 0
+        rounds = 0
+        readers = [Collection(Client(relay.url)) for _ in range(3)]
         with ThreadPoolExecutor(8) as pool:
             for _ in range(5):
                 # New connections, several at a time: the kernel hands them to both workers.
@@ -85,15 +108,23 @@ def test_two_workers_counters_sum_over_the_workers_and_only_grow(
                     range(10),
                 ))
                 assert set(answers) == {200} and set(infos) == {200}
+                for reader in readers:  # a full round first, then continuation rounds
+                    reader.round()
+                rounds += len(readers)
                 sent += 40
                 scrapes.append((sent, _scrape(relay.url)))
         by_worker = _healthz_by_worker(directory)
-        # Open WebSockets: a gauge summed over the live workers.
-        with connect(relay.ws_url) as ws:
-            ws.send('["REQ", "s", {"kinds": [45010]}]')
-            ws.recv(timeout=10)  # AUTH challenge or CLOSED: the socket is open either way
+        # Open WebSockets and their subscriptions: gauges summed over the live workers.
+        ws = WsClient(relay.port, [readers[0].client.secret])
+        try:
+            assert ws.req("a", {"kinds": [45010]})[-1] == ["EOSE", "a"]
+            assert ws.req("b", {"kinds": [45010]})[-1] == ["EOSE", "b"]
+            ws.send(["CLOSE", "a"])
+            assert ws.req("b", {"kinds": [45010]})[-1] == ["EOSE", "b"]  # replaces b
             during = _scrape(relay.url)
-        after = _scrape(relay.url)
+        finally:
+            ws.close()
+        after = _scrape_until(relay.url, lambda scrape: scrape[SUBSCRIPTIONS] == 0)
     finally:
         relay.stop()
         log = relay.log()
@@ -105,15 +136,30 @@ def test_two_workers_counters_sum_over_the_workers_and_only_grow(
     for count, scrape in scrapes:
         assert scrape[HEALTHZ] == base_healthz + count
         assert scrape[NIP11] == count // 4
-        assert scrape[FRONT_DOOR] == count // 4  # NIP-11 is the front door's
+        # Each round here is one page; the first of each reader is a full round.
+        done = count // 40 * len(readers)
+        assert scrape[QUERY] == done
+        assert scrape[FULL_ROUNDS] == len(readers)
+        assert scrape[CONTINUATION_ROUNDS] == done - len(readers)
+        assert scrape[START_RESETS] == len(readers)
+        # NIP-11 and /query are the front door's.
+        assert scrape[FRONT_DOOR] == count // 4 + done
         for key, value in scrape.items():
             if key[0].endswith(("_total", "_count", "_sum", "_bucket")) and key in previous \
                     and not key[0].startswith("process_"):
                 assert value >= previous[key], key
         previous = scrape
+    assert rounds == done
     assert during[("buzz_websocket_connections", ())] == 1
+    assert during[SUBSCRIPTIONS] == 1
     assert after[("buzz_websocket_connections", ())] == 0
+    assert after[SUBSCRIPTIONS] == 0
     assert after[("buzz_websocket_connections_opened_total", ())] == 1
+    # Every fixed-label series is there before its first event (dashboards see 0, not nothing).
+    for cause in ("lost", "stale", "slow_client"):
+        assert after[("buzz_hub_drops_total", (("cause", cause),))] == 0
+    for cause in ("retired", "epoch", "expired", "not_ready", "view"):
+        assert after[("buzz_incremental_resets_total", (("cause", cause),))] == 0
     # Each worker's standard process metrics, labelled by pid (the supervisor's too).
     pids = {dict(labels)["pid"] for name, labels in previous
             if name == "process_start_time_seconds"}

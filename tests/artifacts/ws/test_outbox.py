@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import orjson
+from prometheus_client import REGISTRY
 
 from artifacts.ws.outbox import NOTICE_INTERVAL, Outbox
 
@@ -47,8 +48,13 @@ def test_live_overflow_is_dropped_then_reported_once() -> None:
         outbox = Outbox(socket.send, max_live=3, max_bytes=10_000)
         socket.open.clear()
         outbox.put_reply("r0")  # the drain now waits in send("r0")
+        dropped = REGISTRY.get_sample_value("buzz_hub_drops_total", {"cause": "slow_client"})
         accepted = [outbox.put_live(f"l{n}") for n in range(5)]
         assert accepted == [True, True, True, False, False]
+        # Counted for Prometheus too, as the slow client's.
+        assert REGISTRY.get_sample_value(
+            "buzz_hub_drops_total", {"cause": "slow_client"}
+        ) == (dropped or 0) + 2
         assert outbox.put_reply("r1")  # replies are never dropped
         assert not outbox.idle and socket.sent == []
         socket.open.set()
