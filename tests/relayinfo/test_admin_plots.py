@@ -57,8 +57,10 @@ def test_fleet_timeline_draws_live_and_stale_instances_and_episodes() -> None:
 
 def test_readiness_page_shows_the_three_plots_from_recorded_figures() -> None:
     WriterLagSample.objects.bulk_create([WriterLagSample(lag_ms=lag) for lag in (2, 2, 7)])
-    metrics.record_round(reset=True, rows=3, fence_lag_ms=1.0, more=False)
-    metrics.record_round(reset=False, rows=1, fence_lag_ms=1.0, more=False)
+    metrics.record_round(reset_cause="start", full_round=True, rows=3, fence_lag_ms=1.0,
+                         more=False)
+    metrics.record_round(reset_cause=None, full_round=False, rows=1, fence_lag_ms=1.0,
+                         more=False)
     fleet.register_instance(instance=uuid.uuid4())
     client = Client()
     client.force_login(User.objects.create_user("op", password="x", is_staff=True))
