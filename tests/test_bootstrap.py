@@ -27,8 +27,10 @@ def _copy_checkout(target: Path) -> None:
     ).stdout.decode().split("\0")
     for name in filter(None, tracked):
         source = ROOT / name
-        if source.is_file():
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():  # client/'s links to the packages it ships, kept as links
+            (target / name).symlink_to(os.readlink(source))
+        elif source.is_file():
             shutil.copy2(source, target / name)
 
 
