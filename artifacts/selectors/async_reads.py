@@ -26,11 +26,15 @@ from psycopg_pool import AsyncConnectionPool
 from artifacts.db import psycopg_connect_kwargs, server_spoke_while_idle
 from artifacts.models import Community
 from artifacts.selectors.budget import read_settings_sql
-from artifacts.selectors.communities import community_from_row, lookup_statement
+from artifacts.selectors.communities import (
+    community_for_host_async,
+    community_from_row,
+    lookup_statement,
+)
 from artifacts.selectors.fence import read_fence_async
 from artifacts.selectors.rounds import Page, RoundRequest, page_steps
 
-__all__ = ["OpenRead", "begin_read", "connection_pool", "read_page_async"]
+__all__ = ["OpenRead", "begin_read", "connection_pool", "lookup_community", "read_page_async"]
 
 _pools: WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool] = WeakKeyDictionary()
 # When each pooled connection last finished a page: one used that recently is not checked again.
@@ -76,6 +80,17 @@ async def _check_unless_recently_used(conn: psycopg.AsyncConnection[Any]) -> Non
     if recently_used and not server_spoke_while_idle(conn):
         return
     await AsyncConnectionPool.check_connection(conn)
+
+
+async def lookup_community(host: str) -> Community | None:
+    """The community served at `host`, on this loop's pool: one round trip. The connection
+    counts as recently used afterwards, like a page's: without that, every lookup-only request
+    (`POST /event`, NIP-11) paid the pool's check, a second round trip, on checkout."""
+    pool = await connection_pool()
+    async with pool.connection() as conn:
+        community = await community_for_host_async(conn, host)
+        _last_used[conn] = time.monotonic()
+    return community
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,8 @@ from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from artifacts.models import Community
-from artifacts.selectors.async_reads import connection_pool
-from artifacts.selectors.communities import community_for_host, community_for_host_async
+from artifacts.selectors.async_reads import lookup_community
+from artifacts.selectors.communities import community_for_host
 from artifacts.ws.dbcall import run_db
 from buzzrelay.edge.authentication import Nip98Authentication
 from buzzrelay.edge.exceptions import UnknownCommunity
@@ -136,9 +136,7 @@ class RelayAPIView(APIView):
 
     async def community_on_loop(self, host: str) -> Community | None:
         """The lookup on the server loop's asyncio pool (a view may fold it into its work)."""
-        pool = await connection_pool()
-        async with pool.connection() as conn:
-            return await community_for_host_async(conn, host)
+        return await lookup_community(host)
 
     async def release(self) -> None:
         """Give back what `community_on_loop` kept for the request (nothing by default)."""
