@@ -29,6 +29,8 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from relayinfo.admin import ReadOnlyAdmin
+
 # Long enough for any page an index serves (milliseconds), short enough that a filter on a rare
 # value cannot hold a connection: the operator is told to narrow by community and channel.
 LIST_BUDGET = "3s"
@@ -134,7 +136,7 @@ class UncountedChangeList(ChangeList):
         return list(self.model_admin.get_ordering(request))
 
 
-class UncountedAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class UncountedAdmin(ReadOnlyAdmin):
     """Read-only browsing of a big table: no counts, no facets, no sorting but the indexed one.
 
     Column sorting is off (`sortable_by`): only `ordering`, which an index serves, is offered.
@@ -150,15 +152,6 @@ class UncountedAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return UncountedChangeList
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_moderate_permission(self, request: HttpRequest) -> bool:
         """Moderation actions: staff with Django's change permission on the model."""
