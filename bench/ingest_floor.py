@@ -137,9 +137,21 @@ class _Job:
     connections: int
 
 
-def _floor_process(job: _Job, out: Any) -> None:
+async def floor_write(conn: Any, write: Write, statements: list[Statement]) -> None:
+    """One floor write: a bare verify, then the statements in one transaction, committed."""
     import psycopg
     from coincurve import PublicKeyXOnly
+
+    assert PublicKeyXOnly(write.pubkey).verify(write.signature, write.digest)
+    async with conn.transaction():
+        client, server = psycopg.AsyncClientCursor(conn), conn.cursor()
+        for statement in statements:
+            cursor = client if statement.client_side else server
+            await cursor.execute(statement.sql, statement.params, prepare=statement.prepare)
+
+
+def _floor_process(job: _Job, out: Any) -> None:
+    import psycopg
 
     async def main() -> tuple[float, list[float]]:
         queue = list(reversed(job.writes))
@@ -152,13 +164,7 @@ def _floor_process(job: _Job, out: Any) -> None:
             while queue:
                 write, statements = queue.pop()
                 started = time.perf_counter()
-                assert PublicKeyXOnly(write.pubkey).verify(write.signature, write.digest)
-                async with conn.transaction():
-                    client, server = psycopg.AsyncClientCursor(conn), conn.cursor()
-                    for statement in statements:
-                        cursor = client if statement.client_side else server
-                        await cursor.execute(statement.sql, statement.params,
-                                             prepare=statement.prepare)
+                await floor_write(conn, write, statements)
                 latencies.append(time.perf_counter() - started)
 
         started = time.perf_counter()

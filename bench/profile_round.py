@@ -40,16 +40,18 @@ PORT = 8000
 URL = f"http://{HOST}:{PORT}/query"
 
 
-def http_scope(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+def http_scope(headers: list[tuple[bytes, bytes]], path: str = "/query") -> dict[str, Any]:
     return {
         "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1", "method": "POST", "scheme": "http", "path": "/query",
-        "raw_path": b"/query", "query_string": b"", "root_path": "",
+        "http_version": "1.1", "method": "POST", "scheme": "http", "path": path,
+        "raw_path": path.encode(), "query_string": b"", "root_path": "",
         "headers": headers, "server": (HOST, PORT), "client": ("127.0.0.1", 50000),
     }
 
 
-async def post(app: Any, body: bytes, authorization: str) -> tuple[int, bytes]:
+async def post(
+    app: Any, body: bytes, authorization: str, path: str = "/query"
+) -> tuple[int, bytes]:
     headers = [
         (b"host", f"{HOST}:{PORT}".encode()), (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()), (b"authorization", authorization.encode()),
@@ -73,7 +75,7 @@ async def post(app: Any, body: bytes, authorization: str) -> tuple[int, bytes]:
         elif message["type"] == "http.response.body":
             chunks.append(message.get("body", b""))
 
-    await app(http_scope(headers), receive, send)
+    await app(http_scope(headers, path), receive, send)
     return status, b"".join(chunks)
 
 
