@@ -8,7 +8,11 @@
    flight. Phase "create": each request creates a new artifact; phase "update": each updates one
    of them (compare-and-swap on its head). Every request carries its own NIP-98 header
    (signed before the phase starts), so Schnorr verification is in every figure. Rate limits
-   are turned off for the run (RELAY_RATE_LIMIT_*_RATE=0). Right after the create phase, its
+   are turned off for the run (RELAY_RATE_LIMIT_*_RATE=0). Then "move": each artifact moved to a
+   second channel (a revision and a relay-signed removal marker); "update hot (CAS)": every
+   writer updating one artifact, each signing the head it last saw and trying again when
+   another writer's update won (the lost compare-and-swaps are counted apart); "member put":
+   kind 9000 puts of new members by the channel's owner. Right after the create phase, its
    floor in the same invocation ("create floor", bench/ingest_floor.py): the relay's own
    statements for an accepted create, recorded from one real ingest and replayed with each
    write's values, a bare verify and a commit, as many writes over as many connections and
@@ -156,6 +160,87 @@ def _sign_phase(
     return requests
 
 
+def _sign_member_puts(url: str, h: str, secret: str, count: int) -> list[tuple[bytes, str]]:
+    """`count` kind 9000 puts of new members into channel `h`, signed by its owner `secret`."""
+    import orjson
+
+    from nostr.events import sign_event
+    from nostr.nip98 import make_nip98_header
+    from nostr.schnorr import pubkey_from_secret
+
+    requests = []
+    for _ in range(count):
+        member = pubkey_from_secret(uuid.uuid4().hex + uuid.uuid4().hex)
+        event = sign_event(secret, kind=9000, tags=[["h", h], ["p", member, "member"]],
+                           content="")
+        body = orjson.dumps(event)
+        requests.append((body, make_nip98_header(secret, url=url, method="POST", body=body)))
+    return requests
+
+
+async def _drive_hot(url: str, h: str, d: str, head: str, attempts: int, concurrency: int
+                     ) -> tuple[float, list[float], list[Any]]:
+    """Compare-and-swap on one hot artifact: `concurrency` writers each sign an update of the
+    head they last saw (shared between them, as clients that hear of each other's writes
+    quickly), post it, and on "artifact head changed" try again with the newer head; until
+    `attempts` updates were sent. Signing is inside the timed loop (the head is not known
+    before), as it is for such clients."""
+    import httpx
+    import orjson
+
+    from nostr.events import sign_event
+    from nostr.nip98 import make_nip98_header
+
+    shared: dict[str, Any] = {"head": head, "sent": 0}
+    latencies: list[float] = []
+    answers: list[Any] = []
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+
+        async def writer() -> None:
+            while shared["sent"] < attempts:
+                shared["sent"] += 1
+                prev = shared["head"]
+                event = sign_event(WRITER_SECRET, kind=45010, content='{"version":1}', tags=(
+                    artifact_tags(op="update", d=d, h=h, prev=prev, title=f"hot {uuid.uuid4()}")))
+                body = orjson.dumps(event)
+                started = time.perf_counter()
+                response = await client.post(url, content=body, headers={
+                    "Authorization": make_nip98_header(WRITER_SECRET, url=url, method="POST",
+                                                       body=body),
+                    "Content-Type": "application/json"})
+                latencies.append(time.perf_counter() - started)
+                answer = (response.json() if response.status_code == 200
+                          else [response.status_code, response.text])
+                answers.append(answer)
+                if answer[0] == "OK" and answer[2] is True:
+                    shared["head"] = event["id"]
+
+        started = time.perf_counter()
+        await asyncio.gather(*(writer() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return elapsed, latencies, answers
+
+
+def _row(settings: str, workers: int, phase: str, elapsed: float, latencies: list[float],
+         answers: list[Any], *, expected: Callable[[Any], bool] | None = None) -> list[object]:
+    """A table row: accepted (`OK true ""`) per second, latency percentiles, other answers
+    (those `expected` allows, such as a lost compare-and-swap, counted apart)."""
+    accepted = [a for a in answers if a[0] == "OK" and a[2] is True and a[3] == ""]
+    others = [a for a in answers if a not in accepted]
+    allowed = [a for a in others if expected is not None and expected(a)]
+    refused = [a for a in others if a not in allowed]
+    note = f"{len(allowed)} lost the CAS" if allowed else ""
+    if refused:
+        note = f"{note}; {refused[:3]}" if note else str(refused[:3])
+    return [
+        settings, workers, phase, len(answers), len(accepted), f"{len(accepted) / elapsed:.0f}",
+        f"{statistics.median(latencies) * 1000:.1f}",
+        f"{sorted(latencies)[int(0.99 * (len(latencies) - 1))] * 1000:.1f}",
+        note or "-",
+    ]
+
+
 async def _drive(url: str, requests: list[tuple[bytes, str]], concurrency: int) -> tuple[
     float, list[float], list[Any]
 ]:
@@ -198,43 +283,58 @@ def floor_row(
             f"relay / floor {relay_rate / rate:.3f}"]
 
 
+def _lost_cas(answer: Any) -> bool:
+    return answer[0] == "OK" and answer[2] is False and "artifact head changed" in answer[3]
+
+
 def throughput(
     svc: Any, *, n: int, workers: int, concurrency: int, h: str, settings: str,
-    template: Any = None, community_id: int = 0,
+    template: Any = None, community_id: int = 0, moved_to: str = "", owned: str = "",
 ) -> list[list[object]]:
+    """Phases, each `n` writes with `concurrency` in flight: create (then its floor), update
+    (each artifact once), move (each to `moved_to`: a revision and a removal marker), update of
+    one hot artifact (compare-and-swap contended by every writer), member puts into `owned`."""
     env = {**UNLIMITED, "DJANGO_SETTINGS_MODULE": SETTINGS[settings]}
     server = start_server("uvicorn", svc, workers=workers, **env)
     url = f"{server.url}/event"
     rows: list[list[object]] = []
+
+    def phase(name: str, requests: list[tuple[bytes, str]]) -> float:
+        """Run one phase; its accepted writes per second."""
+        import orjson
+
+        elapsed, latencies, answers = asyncio.run(_drive(url, requests, concurrency))
+        rows.append(_row(settings, workers, name, elapsed, latencies, answers))
+        for body, _ in requests:  # every accepted artifact write is its artifact's head now
+            event = orjson.loads(body)
+            d = next((t[1] for t in event["tags"] if t[0] == "d"), None)
+            if d is not None:
+                heads[d] = event["id"]
+        return sum(1 for a in answers if a[0] == "OK" and a[2] is True) / elapsed
+
+    heads: dict[str, str] = {}
     try:
         # Warm-up: connections, the community lookup, imports in every worker.
         warm = [(str(uuid.uuid4()), "") for _ in range(concurrency * workers * 2)]
         asyncio.run(_drive(url, _sign_phase("create", url, h, warm), concurrency))
         created = [(str(uuid.uuid4()), "") for _ in range(n)]
-        heads: dict[str, str] = {}
-        for op in ("create", "update"):
-            artifacts = created if op == "create" else [(d, heads[d]) for d, _ in created]
-            requests = _sign_phase(op, url, h, artifacts)
-            elapsed, latencies, answers = asyncio.run(_drive(url, requests, concurrency))
-            accepted = [a for a in answers if a[0] == "OK" and a[2] is True and a[3] == ""]
-            if op == "create":
-                import orjson
-
-                for body, _ in requests:
-                    event = orjson.loads(body)
-                    heads[next(t[1] for t in event["tags"] if t[0] == "d")] = event["id"]
-            refused = [a for a in answers if a not in accepted][:3]
-            rows.append([
-                settings, workers, op, n, len(accepted), f"{len(accepted) / elapsed:.0f}",
-                f"{statistics.median(latencies) * 1000:.1f}",
-                f"{sorted(latencies)[int(0.99 * (len(latencies) - 1))] * 1000:.1f}",
-                str(refused) if refused else "-",
-            ])
-            if op == "create" and template is not None:
-                rows.append(floor_row(
-                    template, community_id=community_id, n=n, workers=workers,
-                    concurrency=concurrency, h=h, settings=settings,
-                    relay_rate=len(accepted) / elapsed))
+        create_rate = phase("create", _sign_phase("create", url, h, created))
+        if template is not None:
+            rows.append(floor_row(
+                template, community_id=community_id, n=n, workers=workers,
+                concurrency=concurrency, h=h, settings=settings, relay_rate=create_rate))
+        phase("update", _sign_phase("update", url, h, [(d, heads[d]) for d, _ in created]))
+        if moved_to:
+            phase("move", _sign_phase("move", url, moved_to,
+                                      [(d, heads[d]) for d, _ in created]))
+        hot, _ = created[0]
+        home = moved_to or h
+        elapsed, latencies, answers = asyncio.run(
+            _drive_hot(url, home, hot, heads[hot], n, concurrency))
+        rows.append(_row(settings, workers, "update hot (CAS)", elapsed, latencies, answers,
+                         expected=_lost_cas))
+        if owned:
+            phase("member put", _sign_member_puts(url, owned, WRITER_SECRET, n))
     finally:
         server.stop()
     return rows
@@ -264,10 +364,16 @@ def main() -> int:
         django.setup()
         from artifacts.models import Community
         from artifacts.services.channels import channel_create
+        from nostr.schnorr import pubkey_from_secret
 
         community = Community.objects.get(host=BENCH_HOST)
-        h = uuid.uuid4()
+        h, moved_to, owned = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
         channel_create(community_id=community.pk, channel_id=h, name=f"bench {h.hex[:6]}")
+        channel_create(community_id=community.pk, channel_id=moved_to,
+                       name=f"bench moves {moved_to.hex[:6]}")
+        channel_create(community_id=community.pk, channel_id=owned,
+                       name=f"bench members {owned.hex[:6]}",
+                       created_by=pubkey_from_secret(WRITER_SECRET))
         from bench.ingest_floor import record_ingest
 
         template = record_ingest(community=community, secret=WRITER_SECRET, h=str(h),
@@ -277,11 +383,12 @@ def main() -> int:
             for workers in args.workers:
                 rows += throughput(svc, n=args.n, workers=workers,
                                    concurrency=args.concurrency, h=str(h), settings=settings,
-                                   template=template, community_id=community.pk)
+                                   template=template, community_id=community.pk,
+                                   moved_to=str(moved_to), owned=str(owned))
     print()
     print(f"POST /event, {args.concurrency} requests in flight (uvicorn, NIP-98 + Schnorr each)")
     print_table(["settings", "workers", "phase", "sent", "accepted", "writes/s", "p50 ms", "p99 ms",
-                 "refusals (sample)"], rows)
+                 "other answers (sample)"], rows)
     return 0
 
 
