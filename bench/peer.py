@@ -16,14 +16,20 @@ One client implementation (the `websockets` library, asyncio, no compression) dr
    notes; the relay: artifact creates in one open channel), then `--replays` REQs with limit
    500 over one connection each, alternated between the relays in `--rounds` blocks, each
    timed from sending the REQ to receiving its EOSE (every replay must return 500 events).
-   The relay's REQ is a client's replay of a channel: `{"kinds": [45010], "#h": [channel]}`,
-   after NIP-42 AUTH; the peer's `{"kinds": [1]}`.
+   The relay's REQ is a client's replay of a channel (buzz-sync's kinds, with `#h`:
+   `{"kinds": [45010, 45011], "#h": [channel]}`), by another key after NIP-42 AUTH; the
+   peer's `{"kinds": [1]}`. Both databases are ANALYZEd after the load (the machine's server
+   runs without autovacuum).
 2. EVENT: `--connections` connections each send pre-signed events back to back, each waiting
    for its OK, for `--seconds`; rounds alternate peer / relay WS / relay POST /event. Only
    `OK true` counts as accepted; refusals are counted apart with their messages. The relay's
    connections authenticate (NIP-42) first and publish artifact creates (bench/ingest.py's
    tags); POST /event is bench/ingest.py's own driver (NIP-98 per request) at the same
    concurrency, so "WebSocket EVENT at least as fast as /event" is measured in the same run.
+   Each server hands a connection to one of its worker processes for good; the bench re-opens
+   connections until each worker holds its share (`--no-spread`: the kernel's draw) and shows
+   the split. The servers' logs are kept (bench/out/peer-serve.log, peer-buzz-serve.log) and
+   the warnings each logged during each phase are counted.
 
 Targets (issue 20): relay WS EVENT/s >= 1.5x the peer's at 8 connections and >= its own
 /event; replay p50 <= the peer's and p99 < 35 ms. Relay CPU per accepted event (server process
@@ -49,6 +55,8 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +86,8 @@ READER_SECRET = "6" * 64
 PEER_WRITER_SECRET = "4" * 64
 STORED = 10_000
 REPLAY_LIMIT = 500
+PEER_LOG = OUT / "peer-serve.log"
+RELAY_LOG = OUT / "peer-buzz-serve.log"
 
 
 # --- the peer: install, configure, serve ---------------------------------------------------
@@ -154,6 +164,43 @@ logging:
 """
 
 
+@contextmanager
+def stderr_to(path: Path) -> Iterator[None]:
+    """This process's stderr goes to `path` meanwhile, so a server started inside inherits it
+    (bench._harness.start_server leaves a server's stderr to its parent's)."""
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sys.stderr.flush()
+    os.dup2(fd, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
+def warnings_in(path: Path) -> list[str]:
+    """The warning and error lines a server has logged so far."""
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return [
+        line
+        for line in text.splitlines()
+        if "WARNING" in line or "ERROR" in line or "Traceback" in line
+    ]
+
+
+@contextmanager
+def counting_warnings(relay: Relay, into: dict[str, Any]) -> Iterator[None]:
+    """`into["warnings"]`: how many warning lines the relay logged meanwhile, and a sample."""
+    before = len(warnings_in(relay.log))
+    yield
+    new = warnings_in(relay.log)[before:]
+    into["warnings"] = len(new)
+    into["warning_sample"] = new[0][:200] if new else ""
+
+
 def start_peer(venv: Path, database_url: str, *, workers: int, adds: int) -> Server:
     """nostr-relay's own `serve` (it runs its alembic migrations first) on a free port."""
     import httpx
@@ -163,7 +210,7 @@ def start_peer(venv: Path, database_url: str, *, workers: int, adds: int) -> Ser
     config = OUT / "peer-config.yaml"
     url = database_url_named(database_url, PEER_DATABASE, scheme="postgresql+asyncpg")
     config.write_text(PEER_CONFIG.format(url=url, port=port, workers=workers, adds=adds))
-    log = (OUT / "peer-serve.log").open("wb")
+    log = PEER_LOG.open("wb")
     process = subprocess.Popen(
         [str(venv / "bin" / "nostr-relay"), "-c", str(config), "serve"],
         cwd=OUT,
@@ -186,7 +233,7 @@ def start_peer(venv: Path, database_url: str, *, workers: int, adds: int) -> Ser
             pass
         if process.poll() is not None or time.monotonic() > deadline:
             server.stop()
-            raise RuntimeError(f"nostr-relay did not start: see {OUT / 'peer-serve.log'}")
+            raise RuntimeError(f"nostr-relay did not start: see {PEER_LOG}")
         time.sleep(0.2)
 
 
@@ -202,6 +249,7 @@ class Relay:
     writer: str | None
     reader: str | None
     kind: int
+    log: Path  # the server's stderr: its warnings are counted per phase
     channel: str = ""  # the relay's open channel the EVENT rounds write to
     replay_channel: str = ""
 
@@ -257,6 +305,35 @@ class Burst:
     refused: Counter[str] = field(default_factory=Counter)
     other_frames: Counter[str] = field(default_factory=Counter)
     exhausted: bool = False
+    warnings: int = 0
+    warning_sample: str = ""
+    per_worker: list[int] = field(default_factory=list)
+
+
+async def _open_spread(
+    url: str, secret: str | None, n: int, server: Server, workers: int
+) -> tuple[list[Any], list[int]]:
+    """`n` connections, re-opened until no worker process holds more than its share.
+
+    Both servers hand each accepted connection to one worker process for its lifetime, and
+    which one is the kernel's draw: 8 connections came out 4+4, 2+6 and 1+7 in trials, and a
+    worker holding 7 of them bounds the round by one process. Spreading them the same way for
+    both relays takes that draw out of the comparison. Returns the connections and how many
+    each worker holds."""
+    share = math.ceil(n / workers)
+    sockets = [await _open(url, secret) for _ in range(n)]
+    per_worker: Counter[int | None] = Counter()
+    for _ in range(100):
+        owners = connection_owners(server)
+        per_worker = Counter(owners.get(ws.local_address[1]) for ws in sockets)
+        crowded = {pid for pid, count in per_worker.items() if count > share or pid is None}
+        if not crowded:
+            break
+        victim = next(ws for ws in sockets if owners.get(ws.local_address[1]) in crowded)
+        sockets.remove(victim)
+        await victim.close()
+        sockets.append(await _open(url, secret))
+    return sockets, sorted(per_worker.values())
 
 
 async def _publish(
@@ -266,14 +343,20 @@ async def _publish(
     *,
     connections: int,
     seconds: float | None,
+    spread: tuple[Server, int] | None = None,
 ) -> Burst:
     """Each connection sends the next pre-signed event and waits for its OK, back to back,
-    until `seconds` pass (None: until the frames run out)."""
+    until `seconds` pass (None: until the frames run out). `spread`: (server, workers), see
+    _open_spread."""
     import orjson
 
-    sockets = [await _open(url, secret) for _ in range(connections)]
+    if spread is None:
+        sockets = [await _open(url, secret) for _ in range(connections)]
+        per_worker: list[int] = []
+    else:
+        sockets, per_worker = await _open_spread(url, secret, connections, *spread)
     pending = iter(frames)
-    burst = Burst()
+    burst = Burst(per_worker=per_worker)
     started = time.perf_counter()
     deadline = None if seconds is None else started + seconds
 
@@ -349,6 +432,20 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def connection_owners(server: Server) -> dict[int, int]:
+    """Client port -> the pid of the server process holding that connection."""
+    import psutil
+
+    root = psutil.Process(server.process.pid)
+    owners = {}
+    for proc in [root, *root.children(recursive=True)]:
+        for c in proc.net_connections("tcp"):
+            established = c.status == psutil.CONN_ESTABLISHED
+            if established and c.laddr and c.raddr and c.laddr.port == server.port:
+                owners[c.raddr.port] = proc.pid
+    return owners
+
+
 def _cpu_seconds(server: Server) -> float:
     """User + system seconds of a server's process tree (the master and its workers)."""
     import psutil
@@ -379,18 +476,38 @@ class EventRound:
     refused: dict[str, int]
     other_frames: dict[str, int]
     exhausted: bool
+    warnings: int = 0
+    warning_sample: str = ""
+    per_worker: list[int] = field(default_factory=list)
 
 
 def ws_round(
-    relay: Relay, number: int, *, connections: int, seconds: float, presign: int
+    relay: Relay,
+    number: int,
+    *,
+    connections: int,
+    seconds: float,
+    presign: int,
+    spread: tuple[Server, int] | None,
 ) -> EventRound:
     frames = relay.frames(presign)
+    logged: dict[str, Any] = {}
     cpu = _cpu_seconds(relay.server)
-    burst = asyncio.run(
-        _publish(relay.ws_url, relay.writer, frames, connections=connections, seconds=seconds)
-    )
+    with counting_warnings(relay, logged):
+        burst = asyncio.run(
+            _publish(
+                relay.ws_url,
+                relay.writer,
+                frames,
+                connections=connections,
+                seconds=seconds,
+                spread=spread,
+            )
+        )
     cpu = _cpu_seconds(relay.server) - cpu
     return EventRound(
+        **logged,
+        per_worker=burst.per_worker,
         relay=relay.name,
         transport="WS EVENT",
         round=number,
@@ -413,13 +530,16 @@ def http_round(relay: Relay, number: int, *, connections: int, n: int) -> EventR
     requests = _sign_phase(
         "create", url, relay.channel, [(str(uuid.uuid4()), "") for _ in range(n)]
     )
+    logged: dict[str, Any] = {}
     cpu = _cpu_seconds(relay.server)
-    elapsed, latencies, answers = asyncio.run(_drive(url, requests, connections))
+    with counting_warnings(relay, logged):
+        elapsed, latencies, answers = asyncio.run(_drive(url, requests, connections))
     cpu = _cpu_seconds(relay.server) - cpu
     accepted = [a for a in answers if a[0] == "OK" and a[2] is True]
     refused = Counter(str(a[3] if a[0] == "OK" else a)[:120] for a in answers if a not in accepted)
     ms = [t * 1000 for t in latencies]
     return EventRound(
+        **logged,
         relay=relay.name,
         transport="POST /event",
         round=number,
@@ -436,12 +556,22 @@ def http_round(relay: Relay, number: int, *, connections: int, n: int) -> EventR
     )
 
 
-def store_events(relay: Relay, *, connections: int) -> Burst:
+def store_events(relay: Relay, *, connections: int, spread: tuple[Server, int] | None) -> Burst:
     """The replay's 10,000 events, through the relay's own WebSocket."""
     frames = relay.frames(STORED, channel=relay.replay_channel)
-    burst = asyncio.run(
-        _publish(relay.ws_url, relay.writer, frames, connections=connections, seconds=None)
-    )
+    logged: dict[str, Any] = {}
+    with counting_warnings(relay, logged):
+        burst = asyncio.run(
+            _publish(
+                relay.ws_url,
+                relay.writer,
+                frames,
+                connections=connections,
+                seconds=None,
+                spread=spread,
+            )
+        )
+    burst.warnings, burst.warning_sample = logged["warnings"], logged["warning_sample"]
     if burst.accepted != STORED:
         raise RuntimeError(
             f"{relay.name}: stored {burst.accepted} of {STORED} events; "
@@ -478,12 +608,18 @@ class Replays:
     counts: Counter[int] = field(default_factory=Counter)
     client_cpu_s: float = 0.0
     relay_cpu_s: float = 0.0
+    warnings: int = 0
 
 
 def replay_block(relay: Relay, into: Replays, n: int) -> None:
+    logged: dict[str, Any] = {}
     cpu = _cpu_seconds(relay.server)
-    times, counts, client_cpu = asyncio.run(_replays(relay.ws_url, relay.reader, into.filter, n))
+    with counting_warnings(relay, logged):
+        times, counts, client_cpu = asyncio.run(
+            _replays(relay.ws_url, relay.reader, into.filter, n)
+        )
     into.relay_cpu_s += _cpu_seconds(relay.server) - cpu
+    into.warnings += logged["warnings"]
     into.replays += n
     into.times_ms += times
     into.counts.update(counts)
@@ -530,6 +666,12 @@ def main() -> int:
     )
     parser.add_argument(
         "--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9")
+    )
+    parser.add_argument(
+        "--spread",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="re-open connections until each worker holds its share (see _open_spread)",
     )
     args = parser.parse_args()
     if args.quick:
@@ -581,30 +723,45 @@ def main() -> int:
         peer = Relay(
             "nostr-relay 1.14",
             start_peer(venv, peer_db, workers=args.workers, adds=args.connections),
-            None,
-            None,
-            1,
+            writer=None,
+            reader=None,
+            kind=1,
+            log=PEER_LOG,
         )
+        try:
+            with stderr_to(RELAY_LOG):
+                relay_server = start_server("serve", svc, workers=args.workers, **UNLIMITED)
+        except BaseException:
+            peer.server.stop()
+            raise
         buzz = Relay(
             "buzz",
-            start_server("serve", svc, workers=args.workers, **UNLIMITED),
-            WRITER_SECRET,
-            READER_SECRET,
-            45010,
+            relay_server,
+            writer=WRITER_SECRET,
+            reader=READER_SECRET,
+            kind=45010,
+            log=RELAY_LOG,
             channel=str(channels["events"]),
             replay_channel=str(channels["replay"]),
         )
         relays = [peer, buzz]
+
+        def spread(relay: Relay) -> tuple[Server, int] | None:
+            return (relay.server, args.workers) if args.spread else None
+
         rounds: list[EventRound] = []
         loads: dict[str, Burst] = {}
         replays = {r.name: Replays(r.name, replay_filter(r)) for r in relays}
         try:
             # 1. Replay first, while each relay stores exactly the 10,000 events loaded here.
             for relay in relays:
-                loads[relay.name] = store_events(relay, connections=args.connections)
+                loads[relay.name] = store_events(
+                    relay, connections=args.connections, spread=spread(relay)
+                )
                 print(
                     f"{relay.name}: stored {STORED} events in {loads[relay.name].elapsed:.1f} s"
-                    f" ({STORED / loads[relay.name].elapsed:.0f}/s)",
+                    f" ({STORED / loads[relay.name].elapsed:.0f}/s);"
+                    f" {loads[relay.name].warnings} warnings logged meanwhile",
                     flush=True,
                 )
             for url in (peer_db, svc.database_url):
@@ -630,6 +787,7 @@ def main() -> int:
                         connections=args.connections,
                         seconds=args.seconds,
                         presign=presign,
+                        spread=spread(relay),
                     )
                     best[relay.name] = max(best[relay.name], result.rate)
                     rounds.append(result)
@@ -666,6 +824,8 @@ def main() -> int:
             "p99 ms",
             "relay CPU ms/event",
             "refused",
+            "relay warnings",
+            "conns per worker",
         ],
         [
             [
@@ -679,6 +839,8 @@ def main() -> int:
                 f"{r.p99_ms:.1f}",
                 f"{r.relay_cpu_ms_per_accepted:.2f}",
                 _refusals(r),
+                r.warnings,
+                "+".join(map(str, r.per_worker)) or "-",
             ]
             for r in rounds
         ],
@@ -701,6 +863,7 @@ def main() -> int:
                 f"{max(rep.times_ms):.1f}",
                 f"{rep.client_cpu_s * 1000 / rep.replays:.1f}",
                 f"{rep.relay_cpu_s * 1000 / rep.replays:.1f}",
+                rep.warnings,
             ]
         )
     print_table(
@@ -714,9 +877,22 @@ def main() -> int:
             "max ms",
             "client CPU ms",
             "relay CPU ms",
+            "relay warnings",
         ],
         replay_rows,
     )
+    samples = [(f"store {name}", b.warnings, b.warning_sample) for name, b in loads.items()]
+    samples += [
+        (f"{r.relay} {r.transport} round {r.round}", r.warnings, r.warning_sample) for r in rounds
+    ]
+    if any(count for _, count, _ in samples):
+        print()
+        print(
+            f"Warnings the servers logged ({PEER_LOG.name}, {RELAY_LOG.name}), first of each phase:"
+        )
+        for phase, count, sample in samples:
+            if count:
+                print(f"  {phase}: {count}, e.g. {sample}")
 
     peer_ws = _rate(rounds, peer.name, "WS EVENT")
     buzz_ws = _rate(rounds, buzz.name, "WS EVENT")
@@ -779,7 +955,14 @@ def main() -> int:
                 )
                 | {"workers": args.workers, "num_concurrent_adds": args.connections},
                 "stored": {
-                    name: {"seconds": b.elapsed, "accepted": b.accepted}
+                    name: {
+                        "seconds": b.elapsed,
+                        "accepted": b.accepted,
+                        "p50_ms": _percentile(b.latencies_ms, 0.5),
+                        "p99_ms": _percentile(b.latencies_ms, 0.99),
+                        "warnings": b.warnings,
+                        "warning_sample": b.warning_sample,
+                    }
                     for name, b in loads.items()
                 },
                 "event_rounds": [asdict(r) for r in rounds],
@@ -794,6 +977,7 @@ def main() -> int:
                         "mean_ms": statistics.fmean(rep.times_ms),
                         "client_cpu_ms_per_replay": rep.client_cpu_s * 1000 / rep.replays,
                         "relay_cpu_ms_per_replay": rep.relay_cpu_s * 1000 / rep.replays,
+                        "warnings": rep.warnings,
                     }
                     for rep in replays.values()
                 },
