@@ -29,7 +29,9 @@ One client implementation (the `websockets` library, asyncio, no compression) dr
    Each server hands a connection to one of its worker processes for good; the bench re-opens
    connections until each worker holds its share (`--no-spread`: the kernel's draw) and shows
    the split. The servers' logs are kept (bench/out/peer-serve.log, peer-buzz-serve.log) and
-   the warnings each logged during each phase are counted.
+   the warnings each logged during each phase are counted; so are each database's
+   transactions (read-only ones included) and rows written per accepted event
+   (pg_stat_database).
 
 Targets (issue 20): relay WS EVENT/s >= 1.5x the peer's at 8 connections and >= its own
 /event; replay p50 <= the peer's and p99 < 35 ms. Relay CPU per accepted event (server process
@@ -191,14 +193,35 @@ def warnings_in(path: Path) -> list[str]:
     ]
 
 
+def database_counters(database_url: str) -> tuple[int, int]:
+    """Committed transactions and rows written (inserted + updated + deleted) so far in the
+    database, from PostgreSQL's own accounting (pg_stat_database)."""
+    import psycopg
+
+    name = urlsplit(database_url).path.lstrip("/")
+    with psycopg.connect(database_url_named(database_url, "postgres")) as conn:
+        row = conn.execute(
+            "SELECT xact_commit, tup_inserted + tup_updated + tup_deleted"
+            " FROM pg_stat_database WHERE datname = %s",
+            [name],
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
 @contextmanager
-def counting_warnings(relay: Relay, into: dict[str, Any]) -> Iterator[None]:
-    """`into["warnings"]`: how many warning lines the relay logged meanwhile, and a sample."""
+def observing(relay: Relay, into: dict[str, Any]) -> Iterator[None]:
+    """`into`: how many warning lines the relay logged meanwhile (and the first), and the
+    commits and rows written in its database."""
     before = len(warnings_in(relay.log))
+    commits, rows = database_counters(relay.database_url)
     yield
+    time.sleep(1.2)  # backends flush their statistics after a second idle
+    commits_after, rows_after = database_counters(relay.database_url)
     new = warnings_in(relay.log)[before:]
     into["warnings"] = len(new)
     into["warning_sample"] = new[0][:200] if new else ""
+    into["db_commits"], into["db_rows_written"] = commits_after - commits, rows_after - rows
 
 
 def start_peer(venv: Path, database_url: str, *, workers: int, adds: int) -> Server:
@@ -250,6 +273,7 @@ class Relay:
     reader: str | None
     kind: int
     log: Path  # the server's stderr: its warnings are counted per phase
+    database_url: str
     channel: str = ""  # the relay's open channel the EVENT rounds write to
     replay_channel: str = ""
 
@@ -479,6 +503,8 @@ class EventRound:
     warnings: int = 0
     warning_sample: str = ""
     per_worker: list[int] = field(default_factory=list)
+    db_commits: int = 0
+    db_rows_written: int = 0
 
 
 def ws_round(
@@ -493,7 +519,7 @@ def ws_round(
     frames = relay.frames(presign)
     logged: dict[str, Any] = {}
     cpu = _cpu_seconds(relay.server)
-    with counting_warnings(relay, logged):
+    with observing(relay, logged):
         burst = asyncio.run(
             _publish(
                 relay.ws_url,
@@ -532,7 +558,7 @@ def http_round(relay: Relay, number: int, *, connections: int, n: int) -> EventR
     )
     logged: dict[str, Any] = {}
     cpu = _cpu_seconds(relay.server)
-    with counting_warnings(relay, logged):
+    with observing(relay, logged):
         elapsed, latencies, answers = asyncio.run(_drive(url, requests, connections))
     cpu = _cpu_seconds(relay.server) - cpu
     accepted = [a for a in answers if a[0] == "OK" and a[2] is True]
@@ -560,7 +586,7 @@ def store_events(relay: Relay, *, connections: int, spread: tuple[Server, int] |
     """The replay's 10,000 events, through the relay's own WebSocket."""
     frames = relay.frames(STORED, channel=relay.replay_channel)
     logged: dict[str, Any] = {}
-    with counting_warnings(relay, logged):
+    with observing(relay, logged):
         burst = asyncio.run(
             _publish(
                 relay.ws_url,
@@ -614,7 +640,7 @@ class Replays:
 def replay_block(relay: Relay, into: Replays, n: int) -> None:
     logged: dict[str, Any] = {}
     cpu = _cpu_seconds(relay.server)
-    with counting_warnings(relay, logged):
+    with observing(relay, logged):
         times, counts, client_cpu = asyncio.run(
             _replays(relay.ws_url, relay.reader, into.filter, n)
         )
@@ -727,6 +753,7 @@ def main() -> int:
             reader=None,
             kind=1,
             log=PEER_LOG,
+            database_url=peer_db,
         )
         try:
             with stderr_to(RELAY_LOG):
@@ -741,6 +768,7 @@ def main() -> int:
             reader=READER_SECRET,
             kind=45010,
             log=RELAY_LOG,
+            database_url=svc.database_url,
             channel=str(channels["events"]),
             replay_channel=str(channels["replay"]),
         )
@@ -823,6 +851,8 @@ def main() -> int:
             "p50 ms",
             "p99 ms",
             "relay CPU ms/event",
+            "db xacts/event",
+            "db rows/event",
             "refused",
             "relay warnings",
             "conns per worker",
@@ -838,6 +868,8 @@ def main() -> int:
                 f"{r.p50_ms:.1f}",
                 f"{r.p99_ms:.1f}",
                 f"{r.relay_cpu_ms_per_accepted:.2f}",
+                f"{r.db_commits / max(1, r.accepted):.2f}",
+                f"{r.db_rows_written / max(1, r.accepted):.2f}",
                 _refusals(r),
                 r.warnings,
                 "+".join(map(str, r.per_worker)) or "-",
