@@ -703,6 +703,7 @@ def main() -> int:
     if args.quick:
         args.seconds, args.replays, args.rounds = 3.0, 20, 1
 
+    load_before = os.getloadavg()
     python = args.peer_python or peer_python()
     venv = ensure_peer_venv(python)
     peer_version = subprocess.run(
@@ -834,7 +835,14 @@ def main() -> int:
             peer.server.stop()
             buzz.server.stop()
 
+    load_after = os.getloadavg()
     print()
+    print(
+        "machine load average (1, 5, 15 min) at the start "
+        + ", ".join(f"{x:.1f}" for x in load_before)
+        + "; at the end "
+        + ", ".join(f"{x:.1f}" for x in load_after)
+    )
     print(
         f"EVENT: {args.connections} connections, each sending pre-signed events back to back"
         f" and waiting for its OK, {args.seconds:g} s a round, rounds alternated; PostgreSQL"
@@ -978,6 +986,7 @@ def main() -> int:
                 "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "args": {k: v for k, v in vars(args).items() if k != "database_url"},
                 "postgresql": server_version,
+                "load_average": {"start": load_before, "end": load_after},
                 "peer": dict(
                     zip(
                         ["nostr-relay", "sqlalchemy", "asyncpg", "uvicorn", "python"],
