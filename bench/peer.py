@@ -15,8 +15,8 @@ One client implementation (the `websockets` library, asyncio, no compression) dr
 1. REQ replay: 10,000 events are stored in each relay through its WebSocket (the peer: kind-1
    notes; the relay: artifact creates in one open channel), then `--replays` REQs with limit
    500, one after another on one connection per block, the relays alternating in `--rounds`
-   blocks, each
-   timed from sending the REQ to receiving its EOSE (every replay must return 500 events).
+   blocks, each timed from sending the REQ to receiving its EOSE (every replay must return
+   500 events).
    The relay's REQ is a client's replay of a channel (buzz-sync's kinds, with `#h`:
    `{"kinds": [45010, 45011], "#h": [channel]}`), by another key after NIP-42 AUTH; the
    peer's `{"kinds": [1]}`. Both databases are ANALYZEd after the load (the machine's server
