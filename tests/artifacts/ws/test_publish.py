@@ -1,0 +1,103 @@
+"""The live publisher (artifacts/ws/publish.py): commits queued behind a busy publish go out
+merged, in order, each event once, over the real Redis channel layer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from channels.layers import get_channel_layer
+from django.conf import settings
+from hypothesis import given
+from hypothesis import strategies as st
+
+from artifacts.ws import publish
+from artifacts.ws.filters import LiveEvent
+from artifacts.ws.publish import MAX_MERGED_EVENTS, LiveMessage, merged
+
+LAYERS = ("layer a", "layer b")
+
+
+def live_event(n: int) -> LiveEvent:
+    return LiveEvent(id=f"{n:064x}", pubkey="p" * 64, kind=45010, created_at=n,
+                     channel_id="h", artifact_id=f"d{n}", artifact_type="buzz.task", raw="{}")
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[tuple[Any, str, LiveMessage]]:
+    batch = []
+    n = 0
+    for _ in range(draw(st.integers(0, 40))):
+        # As the receivers publish: events (a commit's, up to a big one), an access change
+        # (with or without events), never neither.
+        access = draw(st.sampled_from([[], [], ["h"], [publish.EVERY_CHANNEL]]))
+        size = draw(st.integers(0 if access else 1, 3 if draw(st.booleans()) else 90))
+        events = []
+        for _ in range(size):
+            n += 1
+            events.append(live_event(n))
+        batch.append((draw(st.sampled_from(LAYERS)), draw(st.sampled_from(["g1", "g2"])),
+                      LiveMessage(1, events=events, access=access, sent_at=draw(st.floats(0, 9)))))
+    return batch
+
+
+def stream(batch: list[tuple[Any, str, LiveMessage]], layer: Any, group: str) -> list[Any]:
+    """What one group's hubs on one layer are told, in order: events and access changes."""
+    told: list[Any] = []
+    for each_layer, each_group, message in batch:
+        if each_layer is layer and each_group == group:
+            told += [("access", tuple(message.access))] if message.access else []
+            told += [event.id for event in message.events]
+    return told
+
+
+@given(batches())
+def test_merging_tells_every_group_the_same_things_in_the_same_order(
+    batch: list[tuple[Any, str, LiveMessage]],
+) -> None:
+    out = merged(batch)
+    for layer in LAYERS:
+        for group in ("g1", "g2"):
+            assert stream(out, layer, group) == stream(batch, layer, group)
+    # Only event-only messages merge, and a merged message is bounded and keeps the oldest time.
+    for _, _, message in out:
+        if message not in [m for _, _, m in batch]:
+            assert not message.access and len(message.events) <= MAX_MERGED_EVENTS
+            sources = [m for _, _, m in batch if set(e.id for e in m.events) & {
+                e.id for e in message.events}]
+            assert message.sent_at == min(m.sent_at for m in sources)
+    assert len(out) <= len(batch)
+
+
+@pytest.mark.skipif(not settings.CONFIG.redis_url, reason="the Redis channel layer")
+def test_commits_queued_behind_a_busy_publisher_arrive_merged_in_order_and_complete() -> None:
+    layer = get_channel_layer()
+    group = f"test-publish-{time.monotonic_ns()}"
+    publisher = publish._publisher()
+    count = 120
+
+    async def listen() -> list[dict[str, Any]]:
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+        try:
+            # The publisher is busy (its loop sleeps) while every commit is submitted.
+            publisher.loop.call_soon_threadsafe(time.sleep, 0.3)
+            for n in range(1, count + 1):
+                publisher.submit(layer, group, LiveMessage(1, events=[live_event(n)],
+                                                           sent_at=time.time()))
+            received: list[dict[str, Any]] = []
+            while sum(len(m["events"]) for m in received) < count:
+                received.append(await asyncio.wait_for(layer.receive(channel), 5))
+            return received
+        finally:
+            await layer.group_discard(group, channel)
+
+    received = asyncio.run(listen())
+    publisher.flush()
+    ids = [entry["id"] for message in received for entry in message["events"]]
+    assert ids == [live_event(n).id for n in range(1, count + 1)]
+    assert len(received) == 1  # one INCR and one PUBLISH for the whole backlog
+    sequence = [message["seq"] for message in received]
+    assert sequence == sorted(sequence) and not any(m["lost"] for m in received)
