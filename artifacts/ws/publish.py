@@ -4,7 +4,8 @@
 events, and `artifacts.signals.access_changed` after each commit that changed who can read what
 (member and channel events, and operators' edits, which store no event). The receivers here
 turn each into ONE channel-layer message for the community's group (coarse groups; each relay
-process's hub matches filters locally), carrying:
+process's hub matches filters locally; under load the publisher merges consecutive event-only
+messages of a group into one, `_Publisher`), carrying:
 
 - `events`: the stored 45010 revisions and 45011 markers, with the fields matching needs
   parsed once here instead of once per subscriber;
