@@ -168,8 +168,6 @@ def start_server_in(
 ) -> Server:
     """start_server from the source tree `root` (working directory and PYTHONPATH); only
     "serve-tree" also records which code the server imported (`Server.code`)."""
-    import httpx
-
     port = free_port()
     extra = {**(env or {}), "PYTHONPATH": str(root)}
     marker = None
@@ -183,23 +181,33 @@ def start_server_in(
         start_new_session=True, stdout=subprocess.DEVNULL,
     )
     server = Server(process, port)
-    deadline = time.monotonic() + 60
     try:
-        while True:
-            try:
-                if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
-                    if marker is not None:
-                        server.code = marker.read_text()
-                    return server
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                server.stop()
-                raise RuntimeError(f"{kind} did not start (from {root})")
-            time.sleep(0.2)
+        wait_until_serving(server, f"{server.url}/healthz", f"{kind} did not start (from {root})")
+        if marker is not None:
+            server.code = marker.read_text()
+        return server
     finally:
         if marker is not None:
             marker.unlink(missing_ok=True)
+
+
+def wait_until_serving(
+    server: Server, url: str, failure: str, *, headers: dict[str, str] | None = None
+) -> None:
+    """Wait up to 60 s for `url` to answer 200; else stop `server` and raise `failure`."""
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(url, headers=headers, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if server.process.poll() is not None or time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(failure)
+        time.sleep(0.2)
 
 
 @contextmanager

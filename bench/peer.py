@@ -78,6 +78,7 @@ from bench._harness import (  # noqa: E402
     services,
     setup_database,
     start_server,
+    wait_until_serving,
 )
 from bench.ingest import UNLIMITED, WRITER_SECRET, _drive, _sign_phase, artifact_tags  # noqa: E402
 
@@ -227,8 +228,6 @@ def observing(relay: Relay, into: dict[str, Any]) -> Iterator[None]:
 
 def start_peer(venv: Path, database_url: str, *, workers: int, adds: int) -> Server:
     """nostr-relay's own `serve` (it runs its alembic migrations first) on a free port."""
-    import httpx
-
     recreate_database(database_url)
     port = free_port()
     config = OUT / "peer-config.yaml"
@@ -243,22 +242,9 @@ def start_peer(venv: Path, database_url: str, *, workers: int, adds: int) -> Ser
         stderr=subprocess.STDOUT,
     )
     server = Server(process, port)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if (
-                httpx.get(
-                    server.url, headers={"Accept": "application/nostr+json"}, timeout=1
-                ).status_code
-                == 200
-            ):
-                return server
-        except httpx.HTTPError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            server.stop()
-            raise RuntimeError(f"nostr-relay did not start: see {PEER_LOG}")
-        time.sleep(0.2)
+    wait_until_serving(server, server.url, f"nostr-relay did not start: see {PEER_LOG}",
+                       headers={"Accept": "application/nostr+json"})
+    return server
 
 
 # --- the one client ------------------------------------------------------------------------
