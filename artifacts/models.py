@@ -210,15 +210,20 @@ class ArtifactHead(models.Model):
                 fields=["community", "artifact_id"], name="artifact_heads_natural_uniq"
             )
         ]
-        # Built by migration 0078 (the runbook names them).
+        # Built by migrations 0078 and 0080 (the runbook names them).
         indexes = [
             # Full-round paging on (modified_at, artifact_id) and continuation candidates.
             models.Index(
                 fields=["community", "modified_at", "artifact_id"], name="artifact_heads_modified"
             ),
-            # Plain reads and WebSocket replay by channel.
+            # Plain reads by channel.
             models.Index(
                 fields=["community", "channel_id", "artifact_id"], name="artifact_heads_channel"
+            ),
+            # WebSocket replay, newest first within a channel (0080; not a sync index).
+            models.Index(
+                fields=["community", "channel_id", "-created_at", "event_id"],
+                name="artifact_heads_replay",
             ),
         ]
 

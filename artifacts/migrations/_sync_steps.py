@@ -33,7 +33,7 @@ def set_migration_budgets(connection: Connection) -> None:
 
 
 def verify_or_build_indexes(connection: Connection, migration: str) -> list[str]:
-    """The body of 0076 and 0078; runs inside the migration's transaction.
+    """The body of 0076, 0078 and 0080; runs inside the migration's transaction.
 
     Every index of `migration` must exist with its exact definition and be valid, ready and
     live. A missing or broken one is built here, under the short budgets, only when its table is
@@ -76,7 +76,8 @@ def _refusal(migration: str, refused: Sequence[IndexCheck]) -> str:
 
 
 def drop_indexes(connection: Connection, migration: str) -> None:
-    """Reverse of 0076 / 0078: drop the migration's indexes (a catalog change, under budgets)."""
+    """Reverse of 0076, 0078 and 0080: drop the migration's indexes (a catalog change, under
+    budgets)."""
     set_migration_budgets(connection)
     with connection.cursor() as cursor:
         for spec in indexes_of(migration):

@@ -1,4 +1,4 @@
-"""Concurrent builds of the five sync indexes, with progress (buzz-admin build-indexes).
+"""Concurrent builds of the five sync indexes and the replay's, with progress (build-indexes).
 
 Each build is a `CREATE INDEX CONCURRENTLY` in its own autocommit session with `lock_timeout` 0
 and no statement timeout: it holds only a SHARE UPDATE EXCLUSIVE lock, so writers keep writing,
@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import psycopg
 
-from artifacts.schema import INDEXES, IndexCheck, IndexSpec, inspect_index
+from artifacts.schema import BUILT_INDEXES, IndexCheck, IndexSpec, inspect_index
 from buzzrelay.admin_commands._pg import connect, describe_error
 
 POLL_SECONDS = 0.25
@@ -156,7 +156,7 @@ def build_indexes(
     *,
     progress: Progress,
     replace_mismatched: bool = False,
-    specs: Sequence[IndexSpec] = INDEXES,
+    specs: Sequence[IndexSpec] = BUILT_INDEXES,
 ) -> list[BuildOutcome]:
     """Make every index of `specs` exist, valid, with its exact definition, concurrently.
 

@@ -1,4 +1,5 @@
-"""buzz-admin build-indexes: the five CREATE INDEX CONCURRENTLY of the runbook, with progress.
+"""buzz-admin build-indexes: the CREATE INDEX CONCURRENTLY of the runbook (the five sync indexes
+and the WebSocket replay's), with progress.
 
 Run before `buzz-admin migrate` on a populated database (or let `migrate --build-indexes` call
 it). Exit 0 when every index is valid or waiting for its columns (0077 not applied yet), 1 when
@@ -17,7 +18,10 @@ from buzzrelay.admin_commands._indexes import BuildInterrupted, Progress, build_
 from buzzrelay.admin_commands._pg import describe_error, migration_lock
 from buzzrelay.admin_commands._tables import print_table
 
-HELP = "build the five sync indexes concurrently (invalid ones are dropped first), with progress"
+HELP = (
+    "build the five sync indexes and the replay's concurrently (invalid ones are dropped first),"
+    " with progress"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--index", action="append", choices=sorted(INDEXES_BY_NAME), metavar="NAME",
-        help="only this index (repeatable; default: all five)",
+        help="only this index (repeatable; default: all six)",
     )
 
 

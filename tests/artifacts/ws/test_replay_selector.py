@@ -13,11 +13,17 @@ from typing import Any
 
 import orjson
 import pytest
+from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from artifacts.models import ArtifactHead, Event
-from artifacts.selectors.replay import channel_states, community_policy, replay_events
+from artifacts.selectors.replay import (
+    channel_states,
+    community_policy,
+    replay_events,
+    replay_statement,
+)
 from artifacts.services.channels import channel_delete
 from artifacts.services.communities import community_update_policy
 from artifacts.ws.filters import LiveEvent, parse_filter
@@ -192,3 +198,39 @@ def test_policy_changes_apply_to_the_replay() -> None:
     assert replayed() == {note, task}
     channel_delete(community_id=community.pk, channel_id=uuid.UUID(h))
     assert replayed() == set()
+
+
+def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node, *(n for child in node.get("Plans", []) for n in _plan_nodes(child))]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replay_reads_limit_heads_of_each_channel_not_all_of_them() -> None:
+    """artifact_heads_replay serves the replay's order, so each readable channel's page stops
+    after `limit` heads instead of reading the channel and sorting it."""
+    community = make_community(host="replay-index.example")
+    channels = [make_channel(community, owner=OWNER), make_channel(community, owner=OWNER)]
+    for h in channels:
+        for _ in range(30):
+            create_artifact(community, OWNER, h)
+    statement = replay_statement(
+        community_id=community.pk, pubkeys=[OWNER.pubkey], kinds=[45010, 45011], ids=None,
+        authors=None, channels=None, artifacts=None, since=None, until=None, limit=5,
+    )
+    assert statement is not None
+    sql, params = statement
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")  # 60 heads: a scan would be cheaper here
+        try:
+            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+            plan = cursor.fetchone()[0]
+        finally:
+            cursor.execute("RESET enable_seqscan")
+    scans = [n for n in _plan_nodes(plan[0]["Plan"]) if n.get("Relation Name") == "artifact_heads"
+             and n.get("Alias") == "h"]
+    assert scans and {n["Index Name"] for n in scans} == {"artifact_heads_replay"}, scans
+    assert all(n["Actual Loops"] == 2 and n["Actual Rows"] <= 5 for n in scans), scans
+    rows = replay_events(community_id=community.pk, pubkeys=[OWNER.pubkey], kinds=[45010],
+                         limit=5)
+    assert len(rows) == 5 and rows == sorted(rows, key=lambda r: (-r[0], r[1]))
+
