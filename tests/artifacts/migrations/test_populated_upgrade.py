@@ -180,16 +180,16 @@ def test_an_invalid_index_is_detected_reported_and_repaired(db: Scratch) -> None
 
 
 def _apply_runbook_by_hand(db: Scratch) -> None:
-    """The runbook's SQL, run directly: concurrent builds outside transactions, 0076 and 0078
-    (verification only) skipped, 0077 in one transaction. Nothing reaches the ledger."""
-    from artifacts.schema import sync_columns_sql
+    """The runbook's SQL, run directly: concurrent builds outside transactions, 0076, 0078 and
+    0080 (verification only) skipped, 0077 in one transaction. Nothing reaches the ledger."""
+    from artifacts.schema import REPLAY_INDEX, sync_columns_sql
 
     with db.connect() as conn:
         conn.execute(INDEXES[0].create_sql(concurrently=True))
         with conn.transaction():
             for statement in sync_columns_sql():
                 conn.execute(statement)
-        for spec in INDEXES[1:]:
+        for spec in (*INDEXES[1:], REPLAY_INDEX):
             conn.execute(spec.create_sql(concurrently=True))
 
 
