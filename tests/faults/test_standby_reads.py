@@ -148,7 +148,7 @@ def _replays_on(standby: Standby) -> int:
     """Replay statements the standby has run (pg_stat_statements on the standby)."""
     return int(standby.sql(
         "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements"
-        " WHERE query LIKE 'WITH%FROM artifact_heads h%JOIN policy ON%'"
+        " WHERE query LIKE 'WITH%readable AS%FROM readable%CROSS JOIN LATERAL%artifact_heads h%'"
     )[0][0])
 
 
