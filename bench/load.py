@@ -444,13 +444,21 @@ def check_write(server: Server) -> None:
 
 
 def heads_in_write_channel(svc: Services, community_id: int) -> int:
+    """The heads in the writes' channel once the writes still in flight have landed (wrk stops
+    with up to one request per connection unanswered, which the relay may yet commit): the
+    count read again every 0.2 s until it stays put."""
     with _admin(svc.database_url) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM artifact_heads WHERE community_id = %s AND channel_id = %s",
-            [community_id, WRITE_CHANNEL],
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
+        last = -1
+        while True:
+            row = conn.execute(
+                "SELECT count(*) FROM artifact_heads WHERE community_id = %s AND channel_id = %s",
+                [community_id, WRITE_CHANNEL],
+            ).fetchone()
+            assert row is not None
+            if int(row[0]) == last:
+                return last
+            last = int(row[0])
+            time.sleep(0.2)
 
 
 def writes(server: Server, *, seconds: int, connections: int, expected_rps: int) -> tuple[
