@@ -55,9 +55,11 @@ def test_replay_then_eose_then_live_then_close(relay_server: RelayProcess) -> No
     live = ws.next_event("s1")
     assert live["id"] == head4 and ["d", d4] in live["tags"]
 
+    # CLOSE has no answer: the EOSE of a REQ sent after it shows the relay has handled it
+    # (a connection's messages are handled in order) before the next writes are made.
+    ws.send(["CLOSE", "s1"])
     ws.req("s2", {"kinds": [45010], "#h": [elsewhere]})
     assert ws.recv_until(lambda f: f[0] == "EOSE")[-1] == ["EOSE", "s2"]
-    ws.send(["CLOSE", "s1"])
     update_artifact(community, alice, d4, h, prev=head4, title="four, edited")
     head_elsewhere = update_artifact(community, alice, d3, elsewhere, prev=moved, title="3'")
     # s2's event comes after s1's would have: nothing for the closed s1 arrived before it.
