@@ -157,10 +157,6 @@ def check_event(
                 "blocked: kind 5 deletions are not accepted; delete artifacts with op delete",
             )
         return IngestResult(event.id, False, f"blocked: kind {kind} is not accepted here")
-    try:
-        channel_tag(event)  # every served kind names its channel; refused here, for both drivers
-    except WriteRefused as exc:
-        return refusal(event.id, exc)
     return event
 
 

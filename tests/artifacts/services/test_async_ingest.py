@@ -324,29 +324,6 @@ def test_lag_samples_due_are_flushed_on_the_loops_connection(on_loop: Loop) -> N
     assert WriterLagSample.objects.count() == before + 1
 
 
-@pytest.mark.parametrize("tags", [
-    [["d", str(uuid.uuid4())]],  # neither ar nor h
-    [["ar", "1"], ["h", "not-a-uuid"], ["d", str(uuid.uuid4())]],
-    [["ar", "2"], ["h", str(uuid.uuid4())]],
-])
-def test_a_malformed_envelope_gets_the_same_answer_from_both_drivers(
-    tags: list[list[str]], on_loop: Loop
-) -> None:
-    community = make_community(f"{uuid.uuid4().hex[:12]}.example")
-    author = make_key()
-    event = signed_event(author, 45010, tags, "{}")
-    now = int(time.time())
-    checked = check_event(community=community, raw=orjson.dumps(event),
-                          authenticated_pubkeys=(author.pubkey,), now=now)
-    if isinstance(checked, IngestResult):  # refused before either driver
-        assert checked.message.startswith("invalid:")
-        return
-    via_thread = apply_event(community_id=community.pk, event=checked, now=now)
-    via_loop = on_loop.write(community, event, now)
-    assert via_loop == via_thread
-    assert via_loop.message.startswith("invalid:")
-
-
 def test_only_the_kinds_written_in_steps_take_the_loop() -> None:
     author = make_key()
     artifact = signed_event(author, 45010, artifact_tags(op="create", d=str(uuid.uuid4()),
