@@ -34,14 +34,7 @@ from artifacts.selectors.communities import (
 from artifacts.selectors.fence import read_fence_async
 from artifacts.selectors.rounds import Page, RoundRequest, page_steps
 
-__all__ = [
-    "OpenRead",
-    "begin_read",
-    "connection_pool",
-    "lookup_community",
-    "note_used",
-    "read_page_async",
-]
+__all__ = ["OpenRead", "begin_read", "connection_pool", "lookup_community", "read_page_async"]
 
 _pools: WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool] = WeakKeyDictionary()
 # When each pooled connection last finished a page: one used that recently is not checked again.
@@ -96,13 +89,8 @@ async def lookup_community(host: str) -> Community | None:
     pool = await connection_pool()
     async with pool.connection() as conn:
         community = await community_for_host_async(conn, host)
-        note_used(conn)
+        _last_used[conn] = time.monotonic()
     return community
-
-
-def note_used(conn: psycopg.AsyncConnection[Any]) -> None:
-    """`conn` just finished its work: the pool need not check it on its next checkout."""
-    _last_used[conn] = time.monotonic()
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,5 +144,5 @@ async def read_page_async(
     except StopIteration as done:
         page: Page = done.value
     await cursor.execute("COMMIT")
-    note_used(cursor.connection)
+    _last_used[cursor.connection] = time.monotonic()
     return page
