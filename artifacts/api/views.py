@@ -21,8 +21,10 @@ from artifacts.selectors.async_reads import (
     OpenRead,
     begin_read,
     connection_pool,
+    note_used,
     read_page_async,
 )
+from artifacts.selectors.communities import community_for_host_async
 from artifacts.selectors.filters import InvalidFilter, QueryFilter, parse_query_body
 from artifacts.selectors.plain_reads import plain_query
 from artifacts.selectors.rounds import CommunityGone, Page, RoundRequest, prepare_round, read_page
@@ -30,6 +32,7 @@ from artifacts.selectors.sync_epoch import connection_identity
 from artifacts.services.ingest import ingest_event
 from artifacts.tokens import InvalidProgress
 from artifacts.ws.dbcall import run_db
+from artifacts.ws.loop_ingest import ingest_on_loop
 from buzzrelay.edge.exceptions import InvalidRequest, ServiceUnavailable, UnknownCommunity
 from buzzrelay.edge.openapi import JSON, Answer, RelayAutoSchema, error_answer, ref
 from buzzrelay.edge.parsers import request_body
@@ -143,6 +146,22 @@ class EventView(RelayAPIView):
 
     http_method_names = ["post", "options"]
     schema = RelayAutoSchema()  # the OpenAPI operation (buzzrelay/edge/openapi.py)
+    # On the server loop the connection of the community lookup is kept for the write (one
+    # checkout per request) until the request is answered.
+    _pool: AsyncConnectionPool | None = None
+    _conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def community_on_loop(self, host: str) -> Community | None:
+        self._pool = await connection_pool()
+        self._conn = await self._pool.getconn()
+        community = await community_for_host_async(self._conn, host)
+        note_used(self._conn)
+        return community
+
+    async def release(self) -> None:
+        if self._pool is not None and self._conn is not None:
+            await self._pool.putconn(self._conn)
+            self._conn = None
 
     def parse(self, request: Request) -> bytes:
         body = request_body(request)
@@ -158,10 +177,16 @@ class EventView(RelayAPIView):
         return body
 
     async def serve(self, request: Request, parsed: bytes) -> HttpResponseBase:
-        result = await run_db(
-            ingest_event, community=request.community,  # type: ignore[attr-defined]
-            raw=parsed, authenticated_pubkeys=(request.user.pubkey,),
-        )
+        community = request.community  # type: ignore[attr-defined]
+        pubkeys = (request.user.pubkey,)
+        if self._conn is not None:
+            result = await ingest_on_loop(
+                community=community, raw=parsed, authenticated_pubkeys=pubkeys, conn=self._conn
+            )
+        else:
+            result = await run_db(
+                ingest_event, community=community, raw=parsed, authenticated_pubkeys=pubkeys
+            )
         if result.failure is not None:
             raise ServiceUnavailable(result.message, code=result.failure)
         return _json(orjson.dumps(result.as_ok()))

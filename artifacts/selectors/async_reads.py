@@ -34,7 +34,14 @@ from artifacts.selectors.communities import (
 from artifacts.selectors.fence import read_fence_async
 from artifacts.selectors.rounds import Page, RoundRequest, page_steps
 
-__all__ = ["OpenRead", "begin_read", "connection_pool", "lookup_community", "read_page_async"]
+__all__ = [
+    "OpenRead",
+    "begin_read",
+    "connection_pool",
+    "lookup_community",
+    "note_used",
+    "read_page_async",
+]
 
 _pools: WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool] = WeakKeyDictionary()
 # When each pooled connection last finished a page: one used that recently is not checked again.
@@ -89,8 +96,13 @@ async def lookup_community(host: str) -> Community | None:
     pool = await connection_pool()
     async with pool.connection() as conn:
         community = await community_for_host_async(conn, host)
-        _last_used[conn] = time.monotonic()
+        note_used(conn)
     return community
+
+
+def note_used(conn: psycopg.AsyncConnection[Any]) -> None:
+    """`conn` just finished its work: the pool need not check it on its next checkout."""
+    _last_used[conn] = time.monotonic()
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,5 +156,5 @@ async def read_page_async(
     except StopIteration as done:
         page: Page = done.value
     await cursor.execute("COMMIT")
-    _last_used[cursor.connection] = time.monotonic()
+    note_used(cursor.connection)
     return page

@@ -6,7 +6,9 @@ the writer's transaction so the decision holds at commit time.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 from django.db import connection
@@ -69,11 +71,21 @@ class ChannelAccess:
 
 def channel_access(*, community_id: int, channel_id: UUID, pubkey: str) -> ChannelAccess:
     with connection.cursor() as cursor:
-        # Prepared: every write asks, and planning the joins cost 8x running them.
-        rows = execute_prepared(
-            cursor, _ACCESS_SQL, {"community": community_id, "channel": channel_id,
-                                  "pubkey": pubkey}
-        )
+        rows = execute_prepared(cursor, *access_statement(community_id, channel_id, pubkey))
+    return access_from_rows(community_id, channel_id, rows)
+
+
+def access_statement(
+    community_id: int, channel_id: UUID, pubkey: str
+) -> tuple[str, dict[str, object]]:
+    """The one query behind `ChannelAccess` (prepared: every write asks, and planning the
+    joins cost 8x running them); `access_from_rows` reads its rows."""
+    return _ACCESS_SQL, {"community": community_id, "channel": channel_id, "pubkey": pubkey}
+
+
+def access_from_rows(
+    community_id: int, channel_id: UUID, rows: Sequence[Sequence[Any]]
+) -> ChannelAccess:
     row = rows[0] if rows else None
     if row is None:
         raise LookupError(f"community {community_id} does not exist")

@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.db import connection
 
 from artifacts.models import ArtifactRevision
-from artifacts.selectors.budget import execute_prepared
-from artifacts.selectors.permissions import ChannelAccess, channel_access
-from artifacts.services.errors import Invalid, Restricted
+from artifacts.selectors.permissions import ChannelAccess, access_from_rows, access_statement
+from artifacts.services.errors import Duplicate, Invalid, Restricted
 from artifacts.services.tags import checked_tag, event_id_value, uuid_value
-from artifacts.services.transactions import WriteContext, store_event
+from artifacts.services.transactions import WriteContext, note_stored, store_statement
+from artifacts.services.write_steps import Batch, Rows, Statement, WriteSteps
 from nostr.events import Event, sign
 from nostr.kinds import KIND_REMOVAL_MARKER
 
@@ -120,44 +120,57 @@ def artifact_lock_key(community_id: int, artifact_id: UUID) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-def artifact_revision_accept(*, ctx: WriteContext, event: Event, now: int) -> None:
-    """Apply a verified, already stored 45010 event by its authenticated author.
+_LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
+_HEAD_SQL = (
+    "SELECT event_id, channel_id, artifact_type, root, deleted FROM artifact_heads"
+    " WHERE community_id = %s AND artifact_id = %s FOR UPDATE"
+)
 
-    Runs inside the ingest's write transaction; takes the artifact's advisory lock, then the
-    head's row lock. Raises `Invalid`/`Restricted` (the caller rolls everything back).
+
+def artifact_revision_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteSteps:
+    """Store and apply a verified 45010 event by its authenticated author, in steps
+    (`write_steps`): one batch reads everything the decision needs, the finishing batch writes.
+
+    Runs inside the ingest's write transaction. The first batch stores the event, reads the
+    author's standing in the home channel, takes the artifact's advisory lock and then the
+    head's row lock (in that order: the head is read after the lock is granted, so a create
+    that committed while this one waited is seen). Raises `Duplicate`, `Invalid` or
+    `Restricted` (the caller rolls everything back, the locks with it).
     """
     envelope = parse_envelope(event)
     author = event.pubkey
-    home = channel_access(community_id=ctx.community_id, channel_id=envelope.home, pubkey=author)
+    community_id = ctx.community_id
+    stored, access, _locked, head_rows = yield (
+        store_statement(ctx, event=event, channel_id=envelope.home),
+        access_statement(community_id, envelope.home, author),
+        (_LOCK_SQL, [artifact_lock_key(community_id, envelope.artifact_id)]),
+        (_HEAD_SQL, [community_id, envelope.artifact_id]),
+    )
+    if not note_stored(ctx, stored, event=event, channel_id=envelope.home):
+        raise Duplicate("already have this event")
+    home = access_from_rows(community_id, envelope.home, access)
     if not home.artifacts_enabled:
         raise Restricted("artifacts are disabled in this community")
     if not home.allows_type(envelope.artifact_type):
         raise Restricted(f"artifact type {envelope.artifact_type} is not allowed here")
     require_writable(home)
+    head = Head(*head_rows[0]) if head_rows else None
 
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_advisory_xact_lock(%s)",
-            [artifact_lock_key(ctx.community_id, envelope.artifact_id)],
-        )
-        rows = execute_prepared(
-            cursor,
-            "SELECT event_id, channel_id, artifact_type, root, deleted FROM artifact_heads"
-            " WHERE community_id = %s AND artifact_id = %s FOR UPDATE",
-            [ctx.community_id, envelope.artifact_id],
-        )
-    head = Head(*rows[0]) if rows else None
-
-    source = _check_transition(ctx, envelope, head, home, author)
-    _advance_head(ctx, event, envelope, head, source)
+    source = yield from _check_transition(ctx, envelope, head, home, author)
+    finishing = [_advance_head(ctx, event, envelope, head, source)]
     if envelope.op == Op.MOVE:
         assert head is not None and source is not None
-        _store_removal_marker(ctx, envelope.artifact_id, source, head.event_id, now)
+        marker = _removal_marker(envelope.artifact_id, source, head.event_id, now)
+        finishing.append(store_statement(ctx, event=marker, channel_id=source))
+        # Announced without reading the INSERT's row: the marker is new by construction (its
+        # prev names the head this move replaces, which no other move can replace again).
+        ctx.announce(event=marker, channel_id=source)
+    return tuple(finishing)
 
 
 def _check_transition(
     ctx: WriteContext, envelope: Envelope, head: Head | None, home: ChannelAccess, author: str
-) -> UUID | None:
+) -> Generator[Batch, list[Rows], UUID | None]:
     """NIP-AR's op rules against the locked head; returns the move's source channel."""
     if envelope.op == Op.CREATE:
         if head is not None:
@@ -168,9 +181,8 @@ def _check_transition(
         raise Invalid(HEAD_UNAVAILABLE)
     current = home
     if head.channel_id != envelope.home:
-        current = channel_access(
-            community_id=ctx.community_id, channel_id=head.channel_id, pubkey=author
-        )
+        (rows,) = yield (access_statement(ctx.community_id, head.channel_id, author),)
+        current = access_from_rows(ctx.community_id, head.channel_id, rows)
         if not current.readable:
             raise Invalid(HEAD_UNAVAILABLE)
     if envelope.prev != head.event_id:
@@ -199,7 +211,7 @@ def _advance_head(
     envelope: Envelope,
     head: Head | None,
     source: UUID | None,
-) -> None:
+) -> Statement:
     """Record the revision and point the head at it: one statement, both stamped."""
     revision = (
         "INSERT INTO artifact_revisions (community_id, event_id, artifact_id, channel_id, op,"
@@ -231,18 +243,12 @@ def _advance_head(
             event.id, envelope.home, envelope.root, deleted, event.created_at,
             ctx.community_id, envelope.artifact_id,
         ]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH revision AS ({revision} RETURNING 1) {head_sql}",
-            revision_params + head_params,
-        )
+    return f"WITH revision AS ({revision} RETURNING 1) {head_sql}", revision_params + head_params
 
 
-def _store_removal_marker(
-    ctx: WriteContext, artifact_id: UUID, source: UUID, prev: str, now: int
-) -> None:
+def _removal_marker(artifact_id: UUID, source: UUID, prev: str, now: int) -> Event:
     """The relay-signed 45011 in the source channel: identity, source and replay position only."""
-    marker = sign(
+    return sign(
         settings.RELAY_SIGNING_SECRET,
         kind=KIND_REMOVAL_MARKER,
         tags=[
@@ -255,4 +261,3 @@ def _store_removal_marker(
         content="",
         created_at=now,
     )
-    store_event(ctx, event=marker, channel_id=source)

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
+import psycopg
 from django.conf import settings
 from django.db import DatabaseError, OperationalError
 
 from artifacts.db import is_statement_timeout
 from artifacts.models import Community
-from artifacts.services.artifact_revisions import artifact_revision_accept
+from artifacts.services.artifact_revisions import artifact_revision_steps
 from artifacts.services.channels import (
     channel_create_event,
     channel_delete_event,
@@ -32,6 +33,7 @@ from artifacts.services.members import member_put_event, member_remove_event
 from artifacts.services.redactions import event_redact_event
 from artifacts.services.tags import channel_tag
 from artifacts.services.transactions import WriteContext, store_event, write_transaction
+from artifacts.services.write_steps import WriteSteps, run_write_steps
 from nostr.events import (
     DEFAULT_LIMITS,
     Event,
@@ -61,12 +63,21 @@ class Handler(Protocol):
     def __call__(self, *, ctx: WriteContext, event: Event, now: int) -> None: ...
 
 
+class StepsHandler(Protocol):
+    """What stores and applies one kind's verified event, as statements (`write_steps`): the
+    kinds every client writes all day, which the asyncio driver runs on the server loop."""
+
+    def __call__(self, *, ctx: WriteContext, event: Event, now: int) -> WriteSteps: ...
+
+
 def _relay_only(*, ctx: WriteContext, event: Event, now: int) -> None:
     raise Restricted("removal markers (45011) are written by the relay only")
 
 
+STEPS_HANDLERS: dict[int, StepsHandler] = {
+    KIND_ARTIFACT: artifact_revision_steps,
+}
 HANDLERS: dict[int, Handler] = {
-    KIND_ARTIFACT: artifact_revision_accept,
     KIND_REMOVAL_MARKER: _relay_only,
     KIND_PUT_MEMBER: member_put_event,
     KIND_REMOVE_MEMBER: member_remove_event,
@@ -75,7 +86,7 @@ HANDLERS: dict[int, Handler] = {
     KIND_CREATE_CHANNEL: channel_create_event,
     KIND_DELETE_CHANNEL: channel_delete_event,
 }
-ACCEPTED_KINDS = frozenset(HANDLERS)
+ACCEPTED_KINDS = frozenset(HANDLERS) | frozenset(STEPS_HANDLERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +120,25 @@ def ingest_event(
     this request or connection. `now` (Unix seconds) defaults to the current time.
     """
     now = int(time.time()) if now is None else now
+    checked = check_event(
+        community=community, raw=raw, authenticated_pubkeys=authenticated_pubkeys, now=now,
+        parsed=parsed,
+    )
+    if isinstance(checked, IngestResult):
+        return checked
+    return apply_event(community_id=community.pk, event=checked, now=now)
+
+
+def check_event(
+    *,
+    community: Community,
+    raw: bytes | str | dict[str, Any],
+    authenticated_pubkeys: Collection[str],
+    now: int,
+    parsed: dict[str, Any] | None = None,
+) -> Event | IngestResult:
+    """Everything before the database (`ingest_event`'s arguments): the verified event, or the
+    refusal to answer with."""
     try:
         event, digest = parse_event_unverified(raw, now=now, limits=_limits(), parsed=parsed)
         check_storable(event)
@@ -117,31 +147,47 @@ def ingest_event(
     except InvalidEvent as exc:
         return IngestResult(_claimed_id(parsed if parsed is not None else raw), False,
                             f"invalid: {exc}")
-    event_id = event.id
     if event.pubkey not in authenticated_pubkeys:
-        return IngestResult(event_id, False, "restricted: event author is not authenticated")
+        return IngestResult(event.id, False, "restricted: event author is not authenticated")
     kind = event.kind
-    handler = HANDLERS.get(kind)
-    if handler is None:
+    if kind not in ACCEPTED_KINDS:
         if kind == KIND_DELETION:
             return IngestResult(
-                event_id, False,
+                event.id, False,
                 "blocked: kind 5 deletions are not accepted; delete artifacts with op delete",
             )
-        return IngestResult(event_id, False, f"blocked: kind {kind} is not accepted here")
+        return IngestResult(event.id, False, f"blocked: kind {kind} is not accepted here")
+    try:
+        channel_tag(event)  # every served kind names its channel; refused here, for both drivers
+    except WriteRefused as exc:
+        return refusal(event.id, exc)
+    return event
+
+
+def apply_event(*, community_id: int, event: Event, now: int) -> IngestResult:
+    """The write transaction of a checked event (`check_event`), on Django's connection."""
     try:
         channel_id = channel_tag(event)
-        with write_transaction(community_id=community.pk) as ctx:
-            if not store_event(ctx, event=event, channel_id=channel_id):
-                raise Duplicate("already have this event")
-            handler(ctx=ctx, event=event, now=now)
-    except Duplicate as exc:
-        return IngestResult(event_id, True, exc.ok_message)
+        with write_transaction(community_id=community_id) as ctx:
+            steps = STEPS_HANDLERS.get(event.kind)
+            if steps is not None:
+                run_write_steps(steps(ctx=ctx, event=event, now=now))
+            else:
+                if not store_event(ctx, event=event, channel_id=channel_id):
+                    raise Duplicate("already have this event")
+                HANDLERS[event.kind](ctx=ctx, event=event, now=now)
     except WriteRefused as exc:
-        return IngestResult(event_id, False, exc.ok_message)
+        return refusal(event.id, exc)
     except DatabaseError as exc:
-        return _database_failure(event_id, exc)
-    return IngestResult(event_id, True, "")
+        return database_failure(event.id, exc)
+    return IngestResult(event.id, True, "")
+
+
+def refusal(event_id: str, exc: WriteRefused) -> IngestResult:
+    """The answer to a write its rules refused, or to a duplicate (accepted, nothing done)."""
+    if isinstance(exc, Duplicate):
+        return IngestResult(event_id, True, exc.ok_message)
+    return IngestResult(event_id, False, exc.ok_message)
 
 
 NUL_REFUSAL = (
@@ -179,13 +225,15 @@ def _limits() -> EventLimits:
     return limits
 
 
-def _database_failure(event_id: str, exc: DatabaseError) -> IngestResult:
+def database_failure(event_id: str, exc: DatabaseError | psycopg.Error) -> IngestResult:
+    """The answer to a write the database failed (Django's errors, or psycopg's on the
+    asyncio driver)."""
     if is_statement_timeout(exc):
         return IngestResult(
             event_id, False, "error: the write ran past its budget; retry later",
             failure="budget_exceeded",
         )
-    if isinstance(exc, OperationalError):
+    if isinstance(exc, OperationalError | psycopg.OperationalError):
         logger.warning("database unavailable during ingest: %s", exc)
         return IngestResult(
             event_id, False, "error: the database is unavailable; retry later",

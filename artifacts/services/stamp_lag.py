@@ -21,11 +21,10 @@ import threading
 import time
 from typing import Any
 
+import psycopg
 from django.conf import settings
 from django.db import DatabaseError, connection
 from prometheus_client import Histogram
-
-from relayinfo.models import WriterLagSample
 
 logger = logging.getLogger(__name__)
 
@@ -49,48 +48,82 @@ STAMP_TO_COMMIT_LAG = Histogram(
 
 def record_lag(lag_ms: float) -> None:
     """Called after each committed write; flushes when the interval is over."""
+    if note_lag(lag_ms):
+        flush_lag_samples()
+
+
+def note_lag(lag_ms: float) -> bool:
+    """Buffer one write's lag; True when the interval is over and the caller is to flush
+    (`flush_lag_samples`, or `flush_lag_samples_async` on the server loop)."""
     global _last_flush
     STAMP_TO_COMMIT_LAG.observe(max(0.0, lag_ms) / 1000)
     now = time.monotonic()
     with _lock:
         _pending.append(lag_ms)
         if now - _last_flush < FLUSH_SECONDS:
-            return
+            return False
         _last_flush = now
-    flush_lag_samples()
+    return True
 
 
 def flush_lag_samples() -> int:
     """Write the buffered samples (reduced as described above); returns the rows written."""
+    samples, statements = _take_flush()
+    try:
+        with connection.cursor() as cursor:
+            for sql, params in statements:
+                cursor.execute(sql, params)
+    except DatabaseError:
+        _flush_failed(samples)
+        return 0
+    return len(samples)
+
+
+async def flush_lag_samples_async(conn: psycopg.AsyncConnection[Any]) -> int:
+    """`flush_lag_samples` on an idle asyncio connection (autocommit)."""
+    samples, statements = _take_flush()
+    try:
+        for sql, params in statements:
+            await conn.execute(sql, params)
+    except psycopg.Error:
+        _flush_failed(samples)
+        return 0
+    return len(samples)
+
+
+def _take_flush() -> tuple[list[float], list[tuple[str, list[Any]]]]:
+    """Empty the buffer: the samples kept, and the statements that store them (and once a
+    minute prune the table)."""
     global _last_prune, _last_flush
     with _lock:
         samples = _pending[:]
         _pending.clear()
         _last_flush = time.monotonic()
     if not samples:
-        return 0
+        return [], []
     if len(samples) > MAX_SAMPLES_PER_FLUSH:
         largest = max(samples)
         samples.remove(largest)
         samples = [largest, *random.sample(samples, MAX_SAMPLES_PER_FLUSH - 1)]
     instance_id = getattr(settings, "RELAY_INSTANCE_ID", None)
-    try:
-        WriterLagSample.objects.bulk_create(
-            [WriterLagSample(instance_id=instance_id, lag_ms=lag) for lag in samples]
-        )
-        now = time.monotonic()
-        if now - _last_prune > 60:
-            _last_prune = now
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "DELETE FROM writer_lag_samples WHERE recorded_at < now() - %s::interval",
-                    [RETENTION],
-                )
-    except DatabaseError:
-        # Lag samples are operators' metrics: losing some must never fail a committed write.
-        logger.warning("could not record %d writer lag samples", len(samples), exc_info=True)
-        return 0
-    return len(samples)
+    statements: list[tuple[str, list[Any]]] = [(
+        "INSERT INTO writer_lag_samples (instance_id, lag_ms)"
+        " SELECT %s, unnest(%s::float8[])",
+        [instance_id, samples],
+    )]
+    now = time.monotonic()
+    if now - _last_prune > 60:
+        _last_prune = now
+        statements.append((
+            "DELETE FROM writer_lag_samples WHERE recorded_at < now() - %s::interval",
+            [RETENTION],
+        ))
+    return samples, statements
+
+
+def _flush_failed(samples: list[float]) -> None:
+    # Lag samples are operators' metrics: losing some must never fail a committed write.
+    logger.warning("could not record %d writer lag samples", len(samples), exc_info=True)
 
 
 def stamp_lag_summary(window_seconds: int = 3600) -> dict[str, Any]:

@@ -26,7 +26,8 @@ from django.db import connection, transaction
 
 from artifacts.models import Event as EventRow
 from artifacts.selectors.budget import execute_prepared
-from artifacts.services.stamp_lag import record_lag
+from artifacts.services.stamp_lag import flush_lag_samples, note_lag
+from artifacts.services.write_steps import Rows, Statement
 from artifacts.signals import StoredEvent, access_changed, events_committed
 from nostr.events import Event
 
@@ -75,11 +76,7 @@ def write_transaction(*, community_id: int) -> Iterator[WriteContext]:
         return
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT set_config('statement_timeout', %s, true),"
-                " set_config('lock_timeout', %s, true)",
-                [WRITE_STATEMENT_TIMEOUT, WRITE_LOCK_TIMEOUT],
-            )
+            cursor.execute(*budget_statement())
         ctx = WriteContext(community_id=community_id, started=time.monotonic())
         token = _current.set(ctx)
         try:
@@ -90,8 +87,24 @@ def write_transaction(*, community_id: int) -> Iterator[WriteContext]:
         transaction.on_commit(partial(_after_commit, ctx), robust=True)
 
 
+def budget_statement() -> Statement:
+    """The write budgets, local to the transaction (safe behind a transaction pooler)."""
+    return (
+        "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true)",
+        [WRITE_STATEMENT_TIMEOUT, WRITE_LOCK_TIMEOUT],
+    )
+
+
 def _after_commit(ctx: WriteContext) -> None:
-    record_lag((time.monotonic() - ctx.started) * 1000.0)
+    if announce_commit(ctx):
+        flush_lag_samples()
+
+
+def announce_commit(ctx: WriteContext) -> bool:
+    """After the commit: note the stamp-to-commit lag, and announce what the transaction stored
+    and changed (`artifacts.signals`). True when the lag samples are due to be flushed
+    (`stamp_lag`): the caller flushes them on its connection."""
+    due = note_lag((time.monotonic() - ctx.started) * 1000.0)
     if ctx.stored:
         events_committed.send(sender=EventRow, community_id=ctx.community_id, events=ctx.stored)
     if ctx.access_everywhere or ctx.access_channels:
@@ -99,6 +112,7 @@ def _after_commit(ctx: WriteContext) -> None:
         access_changed.send(
             sender=EventRow, community_id=ctx.community_id, channel_ids=channel_ids
         )
+    return due
 
 
 def lock_community(community_id: int) -> None:
@@ -128,28 +142,40 @@ def bump_listing(community_id: int, *, stamp: bool) -> None:
 
 
 def store_event(ctx: WriteContext, *, event: Event, channel_id: UUID | None) -> bool:
-    """Store a verified event, its text as received; False when the community already has it.
+    """Store a verified event, its text as received; False when the community already has it."""
+    with connection.cursor() as cursor:
+        rows = execute_prepared(cursor, *store_statement(ctx, event=event, channel_id=channel_id))
+    return note_stored(ctx, rows, event=event, channel_id=channel_id)
+
+
+def store_statement(ctx: WriteContext, *, event: Event, channel_id: UUID | None) -> Statement:
+    """The INSERT that stores `event`; it returns a row only when the event is new.
 
     ON CONFLICT makes a concurrent identical submission wait for the first to commit, then
     find it: exactly one of them stores the event.
     """
-    with connection.cursor() as cursor:
-        rows = execute_prepared(
-            cursor,
-            "INSERT INTO events (community_id, event_id, pubkey, kind, created_at, channel_id,"
-            " raw, received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, statement_timestamp())"
-            " ON CONFLICT (community_id, event_id) DO NOTHING RETURNING id",
-            [
-                ctx.community_id,
-                event.id,
-                event.pubkey,
-                event.kind,
-                event.created_at,
-                channel_id,
-                event.raw,
-            ],
-        )
-        stored = bool(rows)
+    return (
+        "INSERT INTO events (community_id, event_id, pubkey, kind, created_at, channel_id,"
+        " raw, received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, statement_timestamp())"
+        " ON CONFLICT (community_id, event_id) DO NOTHING RETURNING id",
+        [
+            ctx.community_id,
+            event.id,
+            event.pubkey,
+            event.kind,
+            event.created_at,
+            channel_id,
+            event.raw,
+        ],
+    )
+
+
+def note_stored(
+    ctx: WriteContext, rows: Rows, *, event: Event, channel_id: UUID | None
+) -> bool:
+    """Whether `store_statement`'s `rows` say the event was stored; a stored one is announced
+    after the commit."""
+    stored = bool(rows)
     if stored:
         ctx.announce(event=event, channel_id=channel_id)
     return stored

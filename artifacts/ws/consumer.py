@@ -28,11 +28,11 @@ from django.db import DatabaseError
 from artifacts.selectors.communities import community_for_host
 from artifacts.selectors.replay import ChannelState, ReplayRow, replay_events
 from artifacts.selectors.standby import primary_position
-from artifacts.services.ingest import ingest_event
 from artifacts.ws import shutdown
 from artifacts.ws.dbcall import run_db
 from artifacts.ws.filters import Filter, LiveEvent
 from artifacts.ws.hub import SyncHub, get_hub
+from artifacts.ws.loop_ingest import ingest_on_loop
 from artifacts.ws.messages import (
     AuthMessage,
     CloseMessage,
@@ -291,8 +291,7 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             self._reply(ok(message.event_id, False, _rate_limited(wait)))
             return
         try:
-            result = await run_db(
-                ingest_event,
+            result = await ingest_on_loop(
                 community=self.community,
                 raw=message.raw,
                 parsed=message.event,

@@ -297,12 +297,27 @@ def _publish(community_id: int, live: list[LiveEvent], access: list[str]) -> Non
         # async_to_sync from a plain thread makes, would cost a connection per write).
         _publisher().submit(layer, group, message)
         return
-    # The in-memory layer lives on the serving loop: publish there (async_to_sync finds it from
-    # the request's or connection's worker thread).
+    # The in-memory layer lives on the serving loop: publish there. A write committed on that
+    # loop (`async_ingest`) schedules the publish on it (tasks start in submission order);
+    # from a database thread, async_to_sync finds the loop of the request or connection.
     try:
-        async_to_sync(_send)(layer, group, message)
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    try:
+        if loop is not None:
+            task = loop.create_task(_send(layer, group, message))
+            _pending_sends.add(task)
+            task.add_done_callback(_pending_sends.discard)
+        else:
+            async_to_sync(_send)(layer, group, message)
     except Exception as exc:
         logger.warning("live fan-out: publish to %s failed (%s)", group, exc)
+
+
+# The in-memory publishes scheduled on the serving loop, held until done (a loop keeps only
+# weak references to its tasks).
+_pending_sends: set[asyncio.Task[None]] = set()
 
 
 async def _send(layer: Any, group: str, message: LiveMessage) -> None:

@@ -1,0 +1,112 @@
+"""The ingest's write transaction on an asyncio connection: the server loop's driver of the
+writers in steps form (`write_steps`).
+
+The same write as `ingest.apply_event` (the rules and statements are the kind's
+`STEPS_HANDLERS` generator, written once), under the same budgets, stamps and locks, announced
+after its commit in the same way (`transactions.announce_commit`). Only the driving differs:
+each batch is one pipeline, the first with the BEGIN and the budgets, the finishing one with the
+COMMIT, so an artifact write takes two round trips (the synchronous driver takes eight, on a
+database thread the loop hands the write to and waits for: docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any
+
+import psycopg
+
+from artifacts.services.errors import WriteRefused
+from artifacts.services.ingest import (
+    STEPS_HANDLERS,
+    IngestResult,
+    database_failure,
+    refusal,
+)
+from artifacts.services.stamp_lag import flush_lag_samples_async
+from artifacts.services.transactions import WriteContext, announce_commit, budget_statement
+from artifacts.services.write_steps import Batch, Rows, Statement, WriteSteps
+from nostr.events import Event
+
+__all__ = ["apply_event_async", "writes_on_loop"]
+
+logger = logging.getLogger(__name__)
+
+_BEGIN: Statement = ("BEGIN", ())
+_COMMIT: Statement = ("COMMIT", ())
+
+
+def writes_on_loop(event: Event) -> bool:
+    """Whether `apply_event_async` writes `event`'s kind (the others take `apply_event`)."""
+    return event.kind in STEPS_HANDLERS
+
+
+async def apply_event_async(
+    conn: psycopg.AsyncConnection[Any], *, community_id: int, event: Event, now: int
+) -> IngestResult:
+    """`ingest.apply_event` for a kind `writes_on_loop`, on `conn` (autocommit, idle).
+
+    Leaves `conn` idle: a refused or failed write is rolled back before this returns.
+    """
+    ctx = WriteContext(community_id=community_id, started=time.monotonic())
+    steps = STEPS_HANDLERS[event.kind](ctx=ctx, event=event, now=now)
+    try:
+        await _drive(conn, steps, ctx)
+    except (WriteRefused, psycopg.Error) as exc:
+        await _roll_back(conn)
+        if isinstance(exc, WriteRefused):
+            return refusal(event.id, exc)
+        return database_failure(event.id, exc)
+    except Exception:
+        await _roll_back(conn)
+        raise
+    try:
+        flush_due = announce_commit(ctx)
+    except Exception:
+        # As `write_transaction`'s robust on_commit: the write is committed whatever a
+        # receiver does.
+        logger.exception("announcing the commit of %s failed", event.id)
+    else:
+        if flush_due:
+            await flush_lag_samples_async(conn)
+    return IngestResult(event.id, True, "")
+
+
+async def _drive(conn: psycopg.AsyncConnection[Any], steps: WriteSteps, ctx: WriteContext) -> None:
+    batch = next(steps)  # what needs no database (the envelope) is refused before BEGIN
+    # Restarted just before BEGIN is sent (`write_transaction`'s starts just after it): every
+    # stamp is taken later, so either bounds the stamp-to-commit lag from above.
+    ctx.started = time.monotonic()
+    begun = await _pipeline(conn, (_BEGIN, budget_statement(), *batch))
+    rows = begun[2:]
+    try:
+        while True:
+            batch = steps.send(rows)
+            rows = await _pipeline(conn, batch)
+    except StopIteration as done:
+        finishing: Batch = done.value
+    await _pipeline(conn, (*finishing, _COMMIT))
+
+
+async def _pipeline(conn: psycopg.AsyncConnection[Any], batch: Batch) -> list[Rows]:
+    """Each statement's rows, `batch` sent as one pipeline (one round trip)."""
+    async with conn.pipeline():
+        cursors = []
+        for sql, params in batch:
+            cursor = conn.cursor()
+            await cursor.execute(sql, params, prepare=True)
+            cursors.append(cursor)
+    # Leaving the pipeline block synced it: every result is in.
+    return [
+        await cursor.fetchall() if cursor.description is not None else [] for cursor in cursors
+    ]
+
+
+async def _roll_back(conn: psycopg.AsyncConnection[Any]) -> None:
+    """End the failed or refused transaction (nothing to do when none began or the connection
+    broke: the pool replaces a broken one)."""
+    if not conn.closed:
+        with contextlib.suppress(psycopg.OperationalError):
+            await conn.rollback()

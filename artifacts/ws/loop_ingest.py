@@ -1,0 +1,57 @@
+"""An ingest from the server's event loop, as both entry points run it (`POST /event`, WebSocket
+EVENT): the checks on the loop, the write on the loop's asyncio pool for the kinds written in
+steps (`async_ingest`), on a database thread for the rest (`ingest.apply_event`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+from typing import Any
+
+import psycopg
+
+from artifacts.models import Community
+from artifacts.selectors.async_reads import connection_pool, note_used
+from artifacts.services.async_ingest import apply_event_async, writes_on_loop
+from artifacts.services.ingest import IngestResult, apply_event, check_event, database_failure
+from artifacts.ws.dbcall import run_db
+from nostr.events import Event
+
+__all__ = ["ingest_on_loop"]
+
+
+async def ingest_on_loop(
+    *,
+    community: Community,
+    raw: bytes | str,
+    authenticated_pubkeys: Collection[str],
+    parsed: dict[str, Any] | None = None,
+    conn: psycopg.AsyncConnection[Any] | None = None,
+) -> IngestResult:
+    """`ingest.ingest_event` from the loop; `conn`, when given, is an idle connection of the
+    loop's pool the caller holds (left idle), else one is taken from the pool."""
+    now = int(time.time())
+    checked = check_event(
+        community=community, raw=raw, authenticated_pubkeys=authenticated_pubkeys, now=now,
+        parsed=parsed,
+    )
+    if isinstance(checked, IngestResult):
+        return checked
+    if not writes_on_loop(checked):
+        return await run_db(apply_event, community_id=community.pk, event=checked, now=now)
+    if conn is not None:
+        return await _write(conn, community, checked, now)
+    try:
+        async with (await connection_pool()).connection() as pooled:
+            return await _write(pooled, community, checked, now)
+    except psycopg.OperationalError as exc:  # no connection to be had (PoolTimeout among them)
+        return database_failure(checked.id, exc)
+
+
+async def _write(
+    conn: psycopg.AsyncConnection[Any], community: Community, event: Event, now: int
+) -> IngestResult:
+    result = await apply_event_async(conn, community_id=community.pk, event=event, now=now)
+    if result.failure is None:
+        note_used(conn)
+    return result

@@ -1,0 +1,358 @@
+"""The asyncio driver of the artifact write (artifacts/services/async_ingest.py).
+
+It runs the statements `artifact_revision_steps` yields, as the synchronous driver does, but
+each batch as one pipeline. The parity machine applies every signed event to twin communities,
+one through each driver, and requires the same answer and the same stored state; the rest test
+what only the pipeline could get wrong: the head read after the advisory lock is granted, a
+refused or failed write leaving the connection idle, the budgets, and the after-commit work on
+the server loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from itertools import count
+from typing import Any
+
+import orjson
+import psycopg
+import pytest
+from django.db import connection
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from psycopg.pq import TransactionStatus
+
+from artifacts.db import psycopg_connect_kwargs
+from artifacts.models import ArtifactHead, ArtifactRevision, Community, Event
+from artifacts.services import stamp_lag, transactions
+from artifacts.services.artifact_revisions import artifact_lock_key
+from artifacts.services.async_ingest import apply_event_async, writes_on_loop
+from artifacts.services.ingest import IngestResult, apply_event, check_event
+from artifacts.signals import events_committed
+from nostr.events import Event as NostrEvent
+from relayinfo.models import WriterLagSample
+from tests.factories import Key, artifact_tags, make_channel, make_community, make_key, signed_event
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def _connect() -> psycopg.AsyncConnection[Any]:
+    return await psycopg.AsyncConnection.connect(**psycopg_connect_kwargs(), autocommit=True)
+
+
+def _checked(community: Community, event: dict[str, Any], now: int) -> NostrEvent:
+    checked = check_event(
+        community=community, raw=orjson.dumps(event), authenticated_pubkeys=(event["pubkey"],),
+        now=now,
+    )
+    assert isinstance(checked, NostrEvent), checked
+    return checked
+
+
+class Loop:
+    """One event loop and asyncio connection kept across a test's steps."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.conn = self.loop.run_until_complete(_connect())
+
+    def write(self, community: Community, event: dict[str, Any], now: int) -> IngestResult:
+        checked = _checked(community, event, now)
+        result = self.loop.run_until_complete(
+            apply_event_async(self.conn, community_id=community.pk, event=checked, now=now)
+        )
+        # Left idle, whatever happened: the pool hands it to the next request as it is.
+        assert self.conn.info.transaction_status == TransactionStatus.IDLE
+        return result
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.conn.close())
+        for task in asyncio.all_tasks(self.loop):  # the in-memory layer's publishes
+            self.loop.run_until_complete(task)
+        self.loop.close()
+
+
+@pytest.fixture
+def on_loop() -> Iterator[Loop]:
+    loop = Loop()
+    try:
+        yield loop
+    finally:
+        loop.close()
+
+
+def _state(community: Community) -> dict[str, Any]:
+    """What the writes left: heads, revisions (with their move sources) and stored events."""
+    return {
+        "heads": sorted(
+            ArtifactHead.objects.filter(community=community).values_list(
+                "artifact_id", "event_id", "channel_id", "deleted", "root"
+            )
+        ),
+        "revisions": sorted(
+            ArtifactRevision.objects.filter(community=community).values_list(
+                "event_id", "artifact_id", "channel_id", "op", "prev_event_id",
+                "source_channel_id",
+            )
+        ),
+        "events": sorted(
+            Event.objects.filter(community=community).values_list("event_id", "kind", "channel_id")
+        ),
+    }
+
+
+ACCEPTED: Counter[str] = Counter()
+
+
+class DriverParity(RuleBasedStateMachine):
+    """Every event to both twins: `apply_event` for one, `apply_event_async` for the other."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writer, self.outsider = make_key(), make_key()
+        self.channels = [str(uuid.uuid4()) for _ in range(3)]
+        self.twins = []
+        for _ in range(2):
+            community = make_community(f"{uuid.uuid4().hex[:12]}.example",
+                                       artifact_types=["buzz.task"])
+            for index, h in enumerate(self.channels):
+                # The last channel is private to the writer: the outsider cannot write there.
+                visibility = "private" if index == 2 else "open"
+                make_channel(community, channel_id=h, visibility=visibility, owner=self.writer)
+            self.twins.append(community)
+        self.on_loop = Loop()
+        # d -> (head event id, home channel's index), as both twins hold them
+        self.heads: dict[str, tuple[str, int]] = {}
+        self.deleted: set[str] = set()
+        self.seen: list[dict[str, Any]] = []  # events already sent (for duplicates)
+        self.clock = count()
+        self.now = int(time.time())
+
+    def teardown(self) -> None:
+        self.on_loop.close()
+
+    def _both(self, event: dict[str, Any]) -> IngestResult:
+        sync_twin, async_twin = self.twins
+        via_thread = apply_event(
+            community_id=sync_twin.pk, event=_checked(sync_twin, event, self.now), now=self.now
+        )
+        via_loop = self.on_loop.write(async_twin, event, self.now)
+        assert via_loop == via_thread
+        self.seen.append(event)
+        return via_loop
+
+    @rule(
+        op=st.sampled_from(("create", "update", "move", "delete", "restore")),
+        artifact=st.integers(0, 5),
+        # Mostly writes the rules accept, so that sequences build long histories: h is the
+        # artifact's home (a move's next channel) unless `elsewhere`.
+        elsewhere=st.integers(0, 3).map(lambda n: n == 0),
+        prev=st.sampled_from(("head", "head", "head", "stale", "none")),
+        kind_type=st.integers(0, 4).map(lambda n: "buzz.note" if n == 0 else "buzz.task"),
+        outsider=st.integers(0, 4).map(lambda n: n == 0),
+    )
+    def write(self, op: str, artifact: int, elsewhere: bool, prev: str, kind_type: str,
+              outsider: bool) -> None:
+        d = str(uuid.UUID(int=artifact + 1))
+        head, home = self.heads.get(d, (None, artifact % 3))
+        if head is None and not elsewhere:
+            op = "create"  # mostly: an artifact comes into being before anything else
+        elif d in self.deleted and not elsewhere:
+            op = "restore"  # mostly: a deleted artifact is restored before anything else
+        channel = (home + 1) % 3 if (op == "move") != elsewhere else home
+        prev_id = {"head": head, "stale": "ab" * 32, "none": None}[prev]
+        if op == "create" and prev == "head":
+            prev_id = None
+        content = "" if op == "delete" else f'{{"n":{next(self.clock)}}}'
+        event = signed_event(
+            self.outsider if outsider else self.writer, 45010,
+            artifact_tags(op=op, d=d, h=self.channels[channel], prev=prev_id, type=kind_type),
+            content, created_at=self.now - next(self.clock),
+        )
+        result = self._both(event)
+        if result.accepted and result.message == "":
+            self.heads[d] = (event["id"], channel)
+            if op == "delete":
+                self.deleted.add(d)
+            else:
+                self.deleted.discard(d)
+            ACCEPTED[op] += 1
+
+    @rule(data=st.data())
+    def resend(self, data: st.DataObject) -> None:
+        if self.seen:
+            self._both(data.draw(st.sampled_from(self.seen)))
+
+    @invariant()
+    def both_twins_hold_the_same(self) -> None:
+        sync_twin, async_twin = self.twins
+        assert _state(sync_twin) == _state(async_twin)
+
+
+def test_both_drivers_answer_and_store_the_same_for_random_artifact_writes() -> None:
+    ACCEPTED.clear()
+    run_state_machine_as_test(
+        DriverParity, settings=settings(max_examples=25, stateful_step_count=30, deadline=None)
+    )
+    # The sequences reached every op's accepted path, moves (with their markers) included.
+    assert all(ACCEPTED[op] for op in ("create", "update", "move", "delete", "restore")), ACCEPTED
+
+
+def _create(author: Key, h: str, d: str | None = None) -> dict[str, Any]:
+    return signed_event(author, 45010, artifact_tags(op="create", d=d or str(uuid.uuid4()), h=h),
+                        "{}")
+
+
+def test_concurrent_writes_of_one_artifact_serialize_on_its_lock() -> None:
+    """Eight creates of one `d`, then eight updates of one head, at once on eight connections:
+    one of each is accepted and the others are refused by the rules (never a database error),
+    because each pipeline reads the head only once the artifact's lock is granted."""
+    community = make_community("concurrent.example")
+    author = make_key()
+    h = make_channel(community, owner=author)
+    now = int(time.time())
+    d = str(uuid.uuid4())
+
+    async def at_once(events: list[dict[str, Any]]) -> list[IngestResult]:
+        conns = [await _connect() for _ in events]
+        try:
+            return await asyncio.gather(*(
+                apply_event_async(conn, community_id=community.pk,
+                                  event=_checked(community, event, now), now=now)
+                for conn, event in zip(conns, events, strict=True)
+            ))
+        finally:
+            for conn in conns:
+                await conn.close()
+
+    creates = [
+        signed_event(author, 45010, artifact_tags(op="create", d=d, h=h), f'{{"n":{n}}}')
+        for n in range(8)
+    ]
+    results = asyncio.run(at_once(creates))
+    assert sorted(r.message for r in results) == ["", *["invalid: artifact identity is taken"] * 7]
+    head = ArtifactHead.objects.get(community=community, artifact_id=d).event_id
+    updates = [
+        signed_event(author, 45010, artifact_tags(op="update", d=d, h=h, prev=head),
+                     f'{{"u":{n}}}')
+        for n in range(8)
+    ]
+    results = asyncio.run(at_once(updates))
+    assert sorted(r.message for r in results) == ["", *["invalid: artifact head changed"] * 7]
+    winner = next(u["id"] for u, r in zip(updates, results, strict=True) if r.message == "")
+    assert ArtifactHead.objects.get(community=community, artifact_id=d).event_id == winner
+    assert ArtifactRevision.objects.filter(community=community, artifact_id=d).count() == 2
+
+
+def test_a_write_held_past_its_lock_budget_answers_busy_and_stores_nothing(
+    monkeypatch: pytest.MonkeyPatch, on_loop: Loop
+) -> None:
+    community = make_community("held.example")
+    author = make_key()
+    h = make_channel(community, owner=author)
+    d = str(uuid.uuid4())
+    monkeypatch.setattr(transactions, "WRITE_LOCK_TIMEOUT", "100ms")
+    event = _create(author, h, d)
+    with connection.cursor() as cursor:  # another writer holds the artifact's lock
+        cursor.execute("BEGIN")
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)",
+                       [artifact_lock_key(community.pk, uuid.UUID(d))])
+        try:
+            result = on_loop.write(community, event, int(time.time()))
+        finally:
+            cursor.execute("ROLLBACK")
+    assert (result.accepted, result.failure) == (False, "budget_exceeded"), result
+    assert not Event.objects.filter(community=community, event_id=event["id"]).exists()
+    # The same connection writes again once the lock is free.
+    assert on_loop.write(community, event, int(time.time())).message == ""
+
+
+def test_the_commit_is_announced_after_it_with_the_move_marker(on_loop: Loop) -> None:
+    community = make_community("announced.example")
+    author = make_key()
+    here, there = make_channel(community, owner=author), make_channel(community, owner=author)
+    told: list[tuple[list[str], bool]] = []
+
+    observer = psycopg.connect(**psycopg_connect_kwargs(), autocommit=True)
+
+    def receiver(sender: object, *, community_id: int, events: list[Any], **kwargs: Any) -> None:
+        # Committed by now: another connection sees every announced event. (On the loop:
+        # a plain psycopg connection, as Django's may not be used there.)
+        ids = [stored.event.id for stored in events]
+        visible = observer.execute(
+            "SELECT count(*) FROM events WHERE community_id = %s AND event_id = ANY(%s)",
+            [community_id, ids],
+        ).fetchone()
+        told.append(([stored.event.kind for stored in events], visible == (len(ids),)))
+
+    events_committed.connect(receiver, dispatch_uid="test_async_ingest")
+    try:
+        now = int(time.time())
+        create = _create(author, here)
+        d = create["tags"][1][1]
+        assert on_loop.write(community, create, now).message == ""
+        refused = signed_event(author, 45010, artifact_tags(op="update", d=d, h=here,
+                                                            prev="cd" * 32), "{}")
+        assert on_loop.write(community, refused, now).message == "invalid: artifact head changed"
+        move = signed_event(author, 45010, artifact_tags(op="move", d=d, h=there,
+                                                         prev=create["id"]), "{}")
+        assert on_loop.write(community, move, now).message == ""
+        assert on_loop.write(community, move, now).message.startswith("duplicate:")
+    finally:
+        events_committed.disconnect(dispatch_uid="test_async_ingest")
+        observer.close()
+    assert told == [([45010], True), ([45010, 45011], True)]
+    marker = Event.objects.get(community=community, kind=45011)
+    assert str(marker.channel_id) == here  # the marker lives in the source
+
+
+def test_lag_samples_due_are_flushed_on_the_loops_connection(on_loop: Loop) -> None:
+    """The flush that falls to a write committed on the loop runs on its asyncio connection
+    (Django's ORM may not be called there at all)."""
+    community = make_community("lag.example")
+    author = make_key()
+    h = make_channel(community, owner=author)
+    stamp_lag.flush_lag_samples()
+    before = WriterLagSample.objects.count()
+    stamp_lag._last_flush = 0.0  # the interval is over: the next commit flushes
+    assert on_loop.write(community, _create(author, h), int(time.time())).message == ""
+    assert WriterLagSample.objects.count() == before + 1
+
+
+@pytest.mark.parametrize("tags", [
+    [["d", str(uuid.uuid4())]],  # neither ar nor h
+    [["ar", "1"], ["h", "not-a-uuid"], ["d", str(uuid.uuid4())]],
+    [["ar", "2"], ["h", str(uuid.uuid4())]],
+])
+def test_a_malformed_envelope_gets_the_same_answer_from_both_drivers(
+    tags: list[list[str]], on_loop: Loop
+) -> None:
+    community = make_community(f"{uuid.uuid4().hex[:12]}.example")
+    author = make_key()
+    event = signed_event(author, 45010, tags, "{}")
+    now = int(time.time())
+    checked = check_event(community=community, raw=orjson.dumps(event),
+                          authenticated_pubkeys=(author.pubkey,), now=now)
+    if isinstance(checked, IngestResult):  # refused before either driver
+        assert checked.message.startswith("invalid:")
+        return
+    via_thread = apply_event(community_id=community.pk, event=checked, now=now)
+    via_loop = on_loop.write(community, event, now)
+    assert via_loop == via_thread
+    assert via_loop.message.startswith("invalid:")
+
+
+def test_only_the_kinds_written_in_steps_take_the_loop() -> None:
+    author = make_key()
+    artifact = signed_event(author, 45010, artifact_tags(op="create", d=str(uuid.uuid4()),
+                                                         h=str(uuid.uuid4())), "{}")
+    member = signed_event(author, 9000, [["h", str(uuid.uuid4())], ["p", author.pubkey]])
+    community = make_community("kinds.example")
+    now = int(time.time())
+    assert writes_on_loop(_checked(community, artifact, now))
+    assert not writes_on_loop(_checked(community, member, now))
