@@ -242,7 +242,13 @@ def test_rolling_restart_behind_nginx_loses_no_answer_and_every_client_converges
             subscriber.thread.start()
         for thread in threads:
             thread.start()
-        wait_until(lambda: all(s.connects for s in subscribers), timeout=30)
+        try:
+            wait_until(lambda: all(s.connects for s in subscribers), timeout=30)
+        except AssertionError:
+            # Why a subscriber never got in: its own error, what the proxy and relays said.
+            raise AssertionError([(s.connects, s.errors) for s in subscribers],
+                                 dict(answers.statuses), errors, proxy.log()[-3000:],
+                                 [relay.log()[-2000:] for relay in fleet]) from None
         time.sleep(2)
 
         # The rolling restart: one instance at a time, each back and ready before the next.
