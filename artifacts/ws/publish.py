@@ -33,6 +33,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,7 @@ __all__ = [
     "commit_message",
     "community_group",
     "current_sequence",
+    "finish_publishing",
     "next_sequence",
     "on_access_changed",
     "on_events_committed",
@@ -159,7 +161,7 @@ class FanOutUnavailable(Exception):
 def _redis() -> Any | None:
     """The shared Redis client, or None without Redis (the in-memory layer of one process).
 
-    Uses the rate limiter's circuit breaker: while Redis is known to be down, writers do not
+    Uses the rate limiter's circuit breaker: while Redis is known to be down, callers do not
     each wait for a connect timeout.
     """
     if not settings.CONFIG.redis_url:
@@ -172,15 +174,19 @@ def _redis() -> Any | None:
     return client
 
 
-def next_sequence(group: str) -> int:
-    """The group's next sequence number: Redis INCR (fleet-wide) or a process counter."""
-    client = _redis()
-    if client is not None:
-        try:
-            return int(client.incr(f"{group}:seq"))
-        except Exception:
-            from buzzrelay.ratelimit import mark_redis_down
+async def next_sequence(group: str) -> int:
+    """The group's next sequence number: Redis INCR (fleet-wide), on the publishing loop's
+    client, or a process counter without Redis."""
+    if settings.CONFIG.redis_url:
+        from buzzrelay.ratelimit import RedisUnavailable, async_redis_client, mark_redis_down
 
+        try:
+            client = async_redis_client()
+        except RedisUnavailable:
+            raise FanOutUnavailable("Redis is unavailable") from None
+        try:
+            return int(await client.incr(f"{group}:seq"))
+        except Exception:
             mark_redis_down()
             raise
     with _local_lock:
@@ -291,38 +297,20 @@ def _publish(community_id: int, live: list[LiveEvent], access: list[str]) -> Non
         return
     group = community_group(community_id)
     message = LiveMessage(community_id, events=live, access=access, sent_at=time.time())
-    if settings.CONFIG.redis_url:
-        # Numbered and sent by this process's publisher thread, in submission order: the writer
-        # does not wait for Redis, and one loop keeps one connection (a loop per call, as
-        # async_to_sync from a plain thread makes, would cost a connection per write).
-        _publisher().submit(layer, group, message)
-        return
-    # The in-memory layer lives on the serving loop: publish there. A write committed on that
-    # loop (`async_ingest`) schedules the publish on it (tasks start in submission order);
-    # from a database thread, async_to_sync finds the loop of the request or connection.
     try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        loop = None
-    try:
-        if loop is not None:
-            task = loop.create_task(_send(layer, group, message))
-            _pending_sends.add(task)
-            task.add_done_callback(_pending_sends.discard)
+        if settings.CONFIG.redis_url or _running_loop() is not None:
+            _publisher().submit(layer, group, message)
         else:
+            # The in-memory layer's queues belong to the serving loop: from a database thread,
+            # async_to_sync publishes on the loop of the request or connection.
             async_to_sync(_send)(layer, group, message)
-    except Exception as exc:
+    except Exception as exc:  # never into the writer: its write is committed
         logger.warning("live fan-out: publish to %s failed (%s)", group, exc)
-
-
-# The in-memory publishes scheduled on the serving loop, held until done (a loop keeps only
-# weak references to its tasks).
-_pending_sends: set[asyncio.Task[None]] = set()
 
 
 async def _send(layer: Any, group: str, message: LiveMessage) -> None:
     try:
-        message.seq = next_sequence(group)
+        message.seq = await asyncio.wait_for(next_sequence(group), PUBLISH_TIMEOUT)
     except Exception as exc:
         # Without a sequence number the hubs cannot see this loss: flag the group so the next
         # message that gets through tells them.
@@ -346,7 +334,7 @@ MAX_MERGED_EVENTS = 200
 
 
 class _Publisher:
-    """A daemon thread running one event loop that numbers and publishes, in submission order.
+    """Numbers and publishes on one event loop, in submission order.
 
     Submissions queue up, and one drain on the loop takes everything queued at once: each run of
     consecutive event-only messages to one group is merged into one message (its events in
@@ -354,24 +342,44 @@ class _Publisher:
     with access changes are never merged, since hubs apply those first), then the messages are
     numbered and published one at a time. Under load a publish so carries several commits, one
     INCR and one PUBLISH for all of them. Measured (bench/peer.py, 10,000 creates at 265-420
-    writes/s, no subscriber): with a task per commit, each starting with this loop's blocking
-    INCR, the tasks backed up until their 1 s publish timeouts fired by the thousand (1,758
-    lost messages in one run), each a gap every hub had to report to its subscribers.
+    writes/s, no subscriber): with a task per commit, each starting with a blocking INCR, the
+    tasks backed up until their 1 s publish timeouts fired by the thousand (1,758 lost messages
+    in one run), each a gap every hub had to report to its subscribers.
 
-    Numbering (a blocking Redis INCR, bounded by the cache's socket timeouts and the rate
-    limiter's breaker) runs on this thread too, so a writer never waits for Redis.
+    A write committed on the server loop (`async_ingest`) is published by that loop's
+    publisher: no hop to another thread and back (measured in docs/performance.md). A write
+    committed on a database thread goes to the process's publisher thread, a daemon running a
+    loop of its own, so the writer never waits for Redis. Both number from the one counter;
+    hubs account for numbers overtaking each other (`sequence`), as between instances.
     """
 
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Weakly: `_loop_publishers` is keyed by the loop, which this entry must not keep alive.
+        self._loop = weakref.ref(loop)
+        self._own_loop: asyncio.AbstractEventLoop | None = None
         self.lock = threading.Lock()
         self.idle = threading.Condition(self.lock)
         self.queue: list[tuple[Any, str, LiveMessage]] = []
         self.draining = False
-        thread = threading.Thread(target=self.loop.run_forever, name="buzz-live-publish")
+
+    @classmethod
+    def on_thread(cls) -> _Publisher:
+        """A publisher with a daemon thread of its own running its loop."""
+        loop = asyncio.new_event_loop()
+        publisher = cls(loop)
+        publisher._own_loop = loop
+        thread = threading.Thread(target=publisher.loop.run_forever, name="buzz-live-publish")
         thread.daemon = True
         thread.start()
-        atexit.register(self.flush)
+        atexit.register(publisher.flush)
+        return publisher
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop()
+        if loop is None:
+            raise RuntimeError("the publisher's event loop is gone")
+        return loop
 
     def submit(self, layer: Any, group: str, message: LiveMessage) -> None:
         with self.lock:
@@ -379,10 +387,15 @@ class _Publisher:
             if self.draining:
                 return  # the running drain takes it
             self.draining = True
-        self.loop.call_soon_threadsafe(self._start_drain)
+        if _running_loop() is self.loop:
+            self._start_drain()
+        else:
+            self.loop.call_soon_threadsafe(self._start_drain)
 
     def _start_drain(self) -> None:
-        self.loop.create_task(self._drain())
+        task = self.loop.create_task(self._drain())
+        _draining.add(task)  # a loop keeps only weak references to its tasks
+        task.add_done_callback(_draining.discard)
 
     async def _drain(self) -> None:
         while True:
@@ -399,9 +412,29 @@ class _Publisher:
                     logger.exception("live fan-out: publish to %s failed", group)
 
     def flush(self, timeout: float = 2.0) -> None:
-        """Wait for what was submitted (process exit: a command's last writes still go out)."""
+        """Wait for what was submitted (process exit: a command's last writes still go out).
+        From another thread than the loop's."""
         with self.lock:
             self.idle.wait_for(lambda: not self.draining, timeout=timeout)
+
+
+_draining: set[asyncio.Task[None]] = set()
+
+
+async def finish_publishing(timeout: float = 2.0) -> None:
+    """Wait for this loop's publisher to send what was submitted (the server's shutdown: the
+    commits its last writes announced still go out)."""
+    loop = asyncio.get_running_loop()
+    tasks = [task for task in _draining if task.get_loop() is loop]
+    if tasks:
+        await asyncio.wait(tasks, timeout=timeout)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def merged(batch: list[tuple[Any, str, LiveMessage]]) -> list[tuple[Any, str, LiveMessage]]:
@@ -422,15 +455,26 @@ def merged(batch: list[tuple[Any, str, LiveMessage]]) -> list[tuple[Any, str, Li
     return out
 
 
-_publisher_instance: _Publisher | None = None
-_publisher_pid = 0
+_thread_publisher: _Publisher | None = None
+_thread_publisher_pid = 0
+_loop_publishers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Publisher] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _publisher() -> _Publisher:
-    global _publisher_instance, _publisher_pid
+    """The running loop's publisher (a write committed on the server loop), else the
+    process's publisher thread's (a database thread's write)."""
+    global _thread_publisher, _thread_publisher_pid
+    loop = _running_loop()
+    if loop is not None:
+        publisher = _loop_publishers.get(loop)
+        if publisher is None:
+            publisher = _loop_publishers[loop] = _Publisher(loop)
+        return publisher
     with _local_lock:
         # A forked worker inherits the object but not the thread: start its own.
-        if _publisher_instance is None or _publisher_pid != os.getpid():
-            _publisher_instance = _Publisher()
-            _publisher_pid = os.getpid()
-        return _publisher_instance
+        if _thread_publisher is None or _thread_publisher_pid != os.getpid():
+            _thread_publisher = _Publisher.on_thread()
+            _thread_publisher_pid = os.getpid()
+        return _thread_publisher

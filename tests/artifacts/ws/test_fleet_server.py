@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -55,7 +56,7 @@ def test_a_lost_live_message_is_reported_with_a_notice(relay_server: RelayProces
     ws.auth(alice)
     assert ws.replay("s", {"#h": [h]}) == []
 
-    next_sequence(community_group(community.pk))  # taken, never published
+    asyncio.run(next_sequence(community_group(community.pk)))  # taken, never published
     _, head = create_artifact(community, alice, h)
     assert ws.next_event("s")["id"] == head
     notice = ws.recv(timeout=5)

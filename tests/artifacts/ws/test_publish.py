@@ -101,3 +101,39 @@ def test_commits_queued_behind_a_busy_publisher_arrive_merged_in_order_and_compl
     assert len(received) == 1  # one INCR and one PUBLISH for the whole backlog
     sequence = [message["seq"] for message in received]
     assert sequence == sorted(sequence) and not any(m["lost"] for m in received)
+
+
+@pytest.mark.skipif(not settings.CONFIG.redis_url, reason="the Redis channel layer")
+def test_commits_on_the_serving_loop_are_published_by_that_loop_merged_in_order() -> None:
+    """A write committed on the server loop (`async_ingest`) is numbered and published there,
+    not handed to the publisher thread; commits submitted before the loop gets to them go out
+    as one message, in order."""
+    layer = get_channel_layer()
+    group = f"test-publish-loop-{time.monotonic_ns()}"
+    count = 50
+
+    async def run() -> list[dict[str, Any]]:
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+        try:
+            publisher = publish._publisher()
+            assert publisher.loop is asyncio.get_running_loop()
+            assert publish._publisher() is publisher
+            for n in range(1, count + 1):  # no await in between: the drain has not run yet
+                publisher.submit(layer, group, LiveMessage(1, events=[live_event(n)],
+                                                           sent_at=time.time()))
+            await publish.finish_publishing()
+            assert not publisher.draining and not publisher.queue
+            received: list[dict[str, Any]] = []
+            while sum(len(m["events"]) for m in received) < count:
+                received.append(await asyncio.wait_for(layer.receive(channel), 5))
+            return received
+        finally:
+            await layer.group_discard(group, channel)
+
+    received = asyncio.run(run())
+    assert [entry["id"] for message in received for entry in message["events"]] == [
+        live_event(n).id for n in range(1, count + 1)]
+    assert len(received) == 1 and received[0]["seq"] > 0 and not received[0]["lost"]
+    # Another loop (here, none: a database thread's write) has a publisher of its own.
+    assert publish._publisher().loop is not None
