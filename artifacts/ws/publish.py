@@ -185,7 +185,8 @@ async def next_sequence(group: str) -> int:
         except RedisUnavailable:
             raise FanOutUnavailable("Redis is unavailable") from None
         try:
-            return int(await client.incr(f"{group}:seq"))
+            # Bounded like the PUBLISH; a timeout (Redis unreachable) opens the breaker too.
+            return int(await asyncio.wait_for(client.incr(f"{group}:seq"), PUBLISH_TIMEOUT))
         except Exception:
             mark_redis_down()
             raise
@@ -310,7 +311,7 @@ def _publish(community_id: int, live: list[LiveEvent], access: list[str]) -> Non
 
 async def _send(layer: Any, group: str, message: LiveMessage) -> None:
     try:
-        message.seq = await asyncio.wait_for(next_sequence(group), PUBLISH_TIMEOUT)
+        message.seq = await next_sequence(group)
     except Exception as exc:
         # Without a sequence number the hubs cannot see this loss: flag the group so the next
         # message that gets through tells them.

@@ -137,3 +137,36 @@ def test_commits_on_the_serving_loop_are_published_by_that_loop_merged_in_order(
     assert len(received) == 1 and received[0]["seq"] > 0 and not received[0]["lost"]
     # Another loop (here, none: a database thread's write) has a publisher of its own.
     assert publish._publisher().loop is not None
+
+
+@pytest.mark.skipif(not settings.CONFIG.redis_url, reason="the Redis channel layer")
+def test_a_redis_that_stops_answering_bounds_the_publish_opens_the_breaker_and_flags_the_loss(
+) -> None:
+    """Redis paused for writes (as a partition looks to a client): numbering gives up within
+    the publish timeout, the breaker opens (later publishes do not each wait), and the group is
+    flagged lost so the next message that gets through tells its hubs."""
+    from buzzrelay import ratelimit
+
+    layer = get_channel_layer()
+    group = f"test-publish-paused-{time.monotonic_ns()}"
+    admin = ratelimit.redis_client()
+    assert admin is not None
+
+    async def publish_while_paused() -> float:
+        admin.execute_command("CLIENT", "PAUSE", 3000, "WRITE")  # INCR is a write
+        started = time.monotonic()
+        await publish._send(layer, group, LiveMessage(1, events=[live_event(1)],
+                                                      sent_at=time.time()))
+        return time.monotonic() - started
+
+    try:
+        elapsed = asyncio.run(publish_while_paused())
+        # The client's socket timeout (0.5 s) or the publish timeout, whichever comes first.
+        assert elapsed < publish.PUBLISH_TIMEOUT + 0.5
+        assert group in publish._lost_groups
+        with pytest.raises(ratelimit.RedisUnavailable):
+            ratelimit.async_redis_client()
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+        ratelimit._redis_down_until = 0.0
+        publish._lost_groups.discard(group)
