@@ -30,6 +30,7 @@ django_application = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 
+from artifacts.ws.publish import publishing_finished_at_shutdown  # noqa: E402
 from artifacts.ws.routing import websocket_application  # noqa: E402
 from buzzrelay.body_limit import RequestBodyLimit  # noqa: E402
 from buzzrelay.edge.front_door import FrontDoor  # noqa: E402
@@ -54,16 +55,17 @@ def build_application() -> Any:
     the relay's HTTP stack (`relay_http`); the WebSocket at `/` to the sync consumer. Around
     both, `RequestMetrics` times every request and counts the WebSockets (Prometheus), and
     `fleet_lifecycle` registers the process in the fleet registry (readiness item 4) when
-    the server starts it (ASGI lifespan) and deregisters it on shutdown.
+    the server starts it (ASGI lifespan) and deregisters it on shutdown, once the live
+    publisher of the server loop has sent what the last writes committed on it announced.
     """
-    return fleet_lifecycle(
+    return publishing_finished_at_shutdown(fleet_lifecycle(
         RequestMetrics(
             ProtocolTypeRouter({
                 "http": StaticFiles(relay_http()),
                 "websocket": websocket_application,
             })
         )
-    )
+    ))
 
 
 application = build_application()

@@ -26,7 +26,6 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection, connections
 
-from artifacts.ws.publish import finish_publishing
 from relayinfo.readiness.verdict import on_unrecorded_episode
 
 logger = logging.getLogger(__name__)
@@ -171,8 +170,6 @@ def fleet_lifecycle(app: ASGIApp) -> ASGIApp:
                 start_fleet_registration()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                # The commits the last writes on this loop announced still go out.
-                await finish_publishing()
                 await sync_to_async(stop_fleet_registration, thread_sensitive=False)()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

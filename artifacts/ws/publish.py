@@ -58,6 +58,7 @@ __all__ = [
     "next_sequence",
     "on_access_changed",
     "on_events_committed",
+    "publishing_finished_at_shutdown",
 ]
 
 logger = logging.getLogger(__name__)
@@ -429,6 +430,25 @@ async def finish_publishing(timeout: float = 2.0) -> None:
     tasks = [task for task in _draining if task.get_loop() is loop]
     if tasks:
         await asyncio.wait(tasks, timeout=timeout)
+
+
+def publishing_finished_at_shutdown(app: Any) -> Any:
+    """ASGI: the lifespan's shutdown reaches `app` only once this loop's publisher is done."""
+
+    async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await app(scope, receive, send)
+            return
+
+        async def receive_after_publishing() -> dict[str, Any]:
+            message: dict[str, Any] = await receive()
+            if message["type"] == "lifespan.shutdown":
+                await finish_publishing()
+            return message
+
+        await app(scope, receive_after_publishing, send)
+
+    return application
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -53,6 +53,20 @@ def stream(batch: list[tuple[Any, str, LiveMessage]], layer: Any, group: str) ->
     return told
 
 
+def submit_commits(publisher: Any, layer: Any, group: str, count: int) -> None:
+    """`count` one-event commits to `group`, submitted back to back."""
+    for n in range(1, count + 1):
+        publisher.submit(layer, group, LiveMessage(1, events=[live_event(n)], sent_at=time.time()))
+
+
+async def receive_commits(layer: Any, channel: str, count: int) -> list[dict[str, Any]]:
+    """The messages `channel` receives until they hold `count` events."""
+    received: list[dict[str, Any]] = []
+    while sum(len(m["events"]) for m in received) < count:
+        received.append(await asyncio.wait_for(layer.receive(channel), 5))
+    return received
+
+
 @given(batches())
 def test_merging_tells_every_group_the_same_things_in_the_same_order(
     batch: list[tuple[Any, str, LiveMessage]],
@@ -84,13 +98,8 @@ def test_commits_queued_behind_a_busy_publisher_arrive_merged_in_order_and_compl
         try:
             # The publisher is busy (its loop sleeps) while every commit is submitted.
             publisher.loop.call_soon_threadsafe(time.sleep, 0.3)
-            for n in range(1, count + 1):
-                publisher.submit(layer, group, LiveMessage(1, events=[live_event(n)],
-                                                           sent_at=time.time()))
-            received: list[dict[str, Any]] = []
-            while sum(len(m["events"]) for m in received) < count:
-                received.append(await asyncio.wait_for(layer.receive(channel), 5))
-            return received
+            submit_commits(publisher, layer, group, count)
+            return await receive_commits(layer, channel, count)
         finally:
             await layer.group_discard(group, channel)
 
@@ -119,15 +128,10 @@ def test_commits_on_the_serving_loop_are_published_by_that_loop_merged_in_order(
             publisher = publish._publisher()
             assert publisher.loop is asyncio.get_running_loop()
             assert publish._publisher() is publisher
-            for n in range(1, count + 1):  # no await in between: the drain has not run yet
-                publisher.submit(layer, group, LiveMessage(1, events=[live_event(n)],
-                                                           sent_at=time.time()))
+            submit_commits(publisher, layer, group, count)  # no await: the drain waits
             await publish.finish_publishing()
             assert not publisher.draining and not publisher.queue
-            received: list[dict[str, Any]] = []
-            while sum(len(m["events"]) for m in received) < count:
-                received.append(await asyncio.wait_for(layer.receive(channel), 5))
-            return received
+            return await receive_commits(layer, channel, count)
         finally:
             await layer.group_discard(group, channel)
 
@@ -170,3 +174,33 @@ def test_a_redis_that_stops_answering_bounds_the_publish_opens_the_breaker_and_f
         admin.execute_command("CLIENT", "UNPAUSE")
         ratelimit._redis_down_until = 0.0
         publish._lost_groups.discard(group)
+
+
+@pytest.mark.skipif(not settings.CONFIG.redis_url, reason="the Redis channel layer")
+def test_the_servers_shutdown_reaches_the_application_once_the_loops_publisher_is_done() -> None:
+    layer = get_channel_layer()
+    group = f"test-publish-shutdown-{time.monotonic_ns()}"
+    seen: list[tuple[str, bool]] = []
+
+    async def lifespan_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            publisher = publish._publisher()
+            seen.append((message["type"], publisher.draining or bool(publisher.queue)))
+            if message["type"] == "lifespan.shutdown":
+                return
+
+    async def serve() -> None:
+        messages = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+
+        async def receive() -> dict[str, Any]:
+            message = messages.pop(0)
+            if message["type"] == "lifespan.shutdown":  # the last writes' commits are queued
+                submit_commits(publish._publisher(), layer, group, 20)
+            return message
+
+        app = publish.publishing_finished_at_shutdown(lifespan_app)
+        await app({"type": "lifespan"}, receive, None)
+
+    asyncio.run(serve())
+    assert seen == [("lifespan.startup", False), ("lifespan.shutdown", False)]
