@@ -299,9 +299,10 @@ def _publish(community_id: int, live: list[LiveEvent], access: list[str]) -> Non
         return
     group = community_group(community_id)
     message = LiveMessage(community_id, events=live, access=access, sent_at=time.time())
+    loop = _running_loop()
     try:
-        if settings.CONFIG.redis_url or _running_loop() is not None:
-            _publisher().submit(layer, group, message)
+        if settings.CONFIG.redis_url or loop is not None:
+            _publisher(loop).submit(layer, group, message)
         else:
             # The in-memory layer's queues belong to the serving loop: from a database thread,
             # async_to_sync publishes on the loop of the request or connection.
@@ -356,9 +357,10 @@ class _Publisher:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        # Weakly: `_loop_publishers` is keyed by the loop, which this entry must not keep alive.
+        # Weakly: `_loop_publishers` is keyed by the loop, which this entry must not keep alive
+        # (the publisher thread's loop is kept by its thread).
         self._loop = weakref.ref(loop)
-        self._own_loop: asyncio.AbstractEventLoop | None = None
+        self._drain_task: asyncio.Task[None] | None = None  # held: a loop holds tasks weakly
         self.lock = threading.Lock()
         self.idle = threading.Condition(self.lock)
         self.queue: list[tuple[Any, str, LiveMessage]] = []
@@ -369,8 +371,7 @@ class _Publisher:
         """A publisher with a daemon thread of its own running its loop."""
         loop = asyncio.new_event_loop()
         publisher = cls(loop)
-        publisher._own_loop = loop
-        thread = threading.Thread(target=publisher.loop.run_forever, name="buzz-live-publish")
+        thread = threading.Thread(target=loop.run_forever, name="buzz-live-publish")
         thread.daemon = True
         thread.start()
         atexit.register(publisher.flush)
@@ -395,9 +396,12 @@ class _Publisher:
             self.loop.call_soon_threadsafe(self._start_drain)
 
     def _start_drain(self) -> None:
-        task = self.loop.create_task(self._drain())
-        _draining.add(task)  # a loop keeps only weak references to its tasks
-        task.add_done_callback(_draining.discard)
+        self._drain_task = self.loop.create_task(self._drain())
+
+    async def finished(self, timeout: float) -> None:
+        """Wait, on this publisher's loop, for what was submitted to go out."""
+        if self._drain_task is not None and not self._drain_task.done():
+            await asyncio.wait([self._drain_task], timeout=timeout)
 
     async def _drain(self) -> None:
         while True:
@@ -420,16 +424,12 @@ class _Publisher:
             self.idle.wait_for(lambda: not self.draining, timeout=timeout)
 
 
-_draining: set[asyncio.Task[None]] = set()
-
-
 async def finish_publishing(timeout: float = 2.0) -> None:
     """Wait for this loop's publisher to send what was submitted (the server's shutdown: the
     commits its last writes announced still go out)."""
-    loop = asyncio.get_running_loop()
-    tasks = [task for task in _draining if task.get_loop() is loop]
-    if tasks:
-        await asyncio.wait(tasks, timeout=timeout)
+    publisher = _loop_publishers.get(asyncio.get_running_loop())
+    if publisher is not None:
+        await publisher.finished(timeout)
 
 
 def publishing_finished_at_shutdown(app: Any) -> Any:
@@ -483,11 +483,10 @@ _loop_publishers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Publishe
 )
 
 
-def _publisher() -> _Publisher:
-    """The running loop's publisher (a write committed on the server loop), else the
-    process's publisher thread's (a database thread's write)."""
+def _publisher(loop: asyncio.AbstractEventLoop | None) -> _Publisher:
+    """The publisher of `loop`, the running one (a write committed on the server loop), or
+    without one the process's publisher thread's (a database thread's write)."""
     global _thread_publisher, _thread_publisher_pid
-    loop = _running_loop()
     if loop is not None:
         publisher = _loop_publishers.get(loop)
         if publisher is None:

@@ -89,7 +89,7 @@ def test_merging_tells_every_group_the_same_things_in_the_same_order(
 def test_commits_queued_behind_a_busy_publisher_arrive_merged_in_order_and_complete() -> None:
     layer = get_channel_layer()
     group = f"test-publish-{time.monotonic_ns()}"
-    publisher = publish._publisher()
+    publisher = publish._publisher(None)  # a database thread's: the publisher thread's
     count = 120
 
     async def listen() -> list[dict[str, Any]]:
@@ -121,13 +121,16 @@ def test_commits_on_the_serving_loop_are_published_by_that_loop_merged_in_order(
     group = f"test-publish-loop-{time.monotonic_ns()}"
     count = 50
 
+    on_loop: list[Any] = []
+
     async def run() -> list[dict[str, Any]]:
         channel = await layer.new_channel()
         await layer.group_add(group, channel)
         try:
-            publisher = publish._publisher()
+            publisher = publish._publisher(publish._running_loop())  # as `_publish` picks it
             assert publisher.loop is asyncio.get_running_loop()
-            assert publish._publisher() is publisher
+            assert publish._publisher(asyncio.get_running_loop()) is publisher
+            on_loop.append(publisher)
             submit_commits(publisher, layer, group, count)  # no await: the drain waits
             await publish.finish_publishing()
             assert not publisher.draining and not publisher.queue
@@ -139,8 +142,9 @@ def test_commits_on_the_serving_loop_are_published_by_that_loop_merged_in_order(
     assert [entry["id"] for message in received for entry in message["events"]] == [
         live_event(n).id for n in range(1, count + 1)]
     assert len(received) == 1 and received[0]["seq"] > 0 and not received[0]["lost"]
-    # Another loop (here, none: a database thread's write) has a publisher of its own.
-    assert publish._publisher().loop is not None
+    # A database thread's write (no running loop) goes to the publisher thread instead.
+    thread_publisher = publish._publisher(None)
+    assert thread_publisher is not on_loop[0] and thread_publisher.loop.is_running()
 
 
 @pytest.mark.skipif(not settings.CONFIG.redis_url, reason="the Redis channel layer")
@@ -185,7 +189,7 @@ def test_the_servers_shutdown_reaches_the_application_once_the_loops_publisher_i
     async def lifespan_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         while True:
             message = await receive()
-            publisher = publish._publisher()
+            publisher = publish._publisher(asyncio.get_running_loop())
             seen.append((message["type"], publisher.draining or bool(publisher.queue)))
             if message["type"] == "lifespan.shutdown":
                 return
@@ -196,7 +200,7 @@ def test_the_servers_shutdown_reaches_the_application_once_the_loops_publisher_i
         async def receive() -> dict[str, Any]:
             message = messages.pop(0)
             if message["type"] == "lifespan.shutdown":  # the last writes' commits are queued
-                submit_commits(publish._publisher(), layer, group, 20)
+                submit_commits(publish._publisher(asyncio.get_running_loop()), layer, group, 20)
             return message
 
         app = publish.publishing_finished_at_shutdown(lifespan_app)
