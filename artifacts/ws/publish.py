@@ -187,7 +187,11 @@ async def next_sequence(group: str) -> int:
             raise FanOutUnavailable("Redis is unavailable") from None
         try:
             # Bounded like the PUBLISH; a timeout (Redis unreachable) opens the breaker too.
-            return int(await asyncio.wait_for(client.incr(f"{group}:seq"), PUBLISH_TIMEOUT))
+            async with asyncio.timeout(PUBLISH_TIMEOUT):
+                return int(await client.incr(f"{group}:seq"))
+        except TimeoutError:
+            mark_redis_down()
+            raise FanOutUnavailable(f"Redis did not answer within {PUBLISH_TIMEOUT:g} s") from None
         except Exception:
             mark_redis_down()
             raise
