@@ -29,7 +29,7 @@ from artifacts.services.channels import (
     channel_update_event,
 )
 from artifacts.services.errors import Duplicate, Restricted, WriteRefused
-from artifacts.services.members import member_put_event, member_remove_event
+from artifacts.services.members import member_put_steps, member_remove_steps
 from artifacts.services.redactions import event_redact_event
 from artifacts.services.tags import channel_tag
 from artifacts.services.transactions import WriteContext, store_event, write_transaction
@@ -65,7 +65,8 @@ class Handler(Protocol):
 
 class StepsHandler(Protocol):
     """What stores and applies one kind's verified event, as statements (`write_steps`): the
-    kinds every client writes all day, which the asyncio driver runs on the server loop."""
+    kinds clients write all day (artifacts, memberships), which the asyncio driver runs on the
+    server loop."""
 
     def __call__(self, *, ctx: WriteContext, event: Event, now: int) -> WriteSteps: ...
 
@@ -76,11 +77,11 @@ def _relay_only(*, ctx: WriteContext, event: Event, now: int) -> None:
 
 STEPS_HANDLERS: dict[int, StepsHandler] = {
     KIND_ARTIFACT: artifact_revision_steps,
+    KIND_PUT_MEMBER: member_put_steps,
+    KIND_REMOVE_MEMBER: member_remove_steps,
 }
 HANDLERS: dict[int, Handler] = {
     KIND_REMOVAL_MARKER: _relay_only,
-    KIND_PUT_MEMBER: member_put_event,
-    KIND_REMOVE_MEMBER: member_remove_event,
     KIND_EDIT_CHANNEL: channel_update_event,
     KIND_REDACTION: event_redact_event,
     KIND_CREATE_CHANNEL: channel_create_event,
