@@ -14,9 +14,10 @@
    another writer's update won (the lost compare-and-swaps are counted apart); "member put":
    kind 9000 puts of new members by the channel's owner. Right after the create phase, its
    floor in the same invocation ("create floor", bench/ingest_floor.py): the relay's own
-   statements for an accepted create, recorded from one real ingest and replayed with each
-   write's values, a bare verify and a commit, as many writes over as many connections and
-   processes; "relay / floor" is what everything else costs.
+   statements for an accepted create in its own pipelines (two round trips), recorded from one
+   real write of the server loop's driver and replayed with each write's values, and a bare
+   verify, as many writes over as many connections and processes; "relay / floor" is what
+   everything else costs.
 
     .venv/bin/python bench/ingest.py                   # 2,000 writes per phase, 1 and 2 workers
     .venv/bin/python bench/ingest.py --n 20000 --workers 1 2 4 --concurrency 32

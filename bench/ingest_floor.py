@@ -1,15 +1,16 @@
 """The floor of an accepted write: what `POST /event` must do, without the relay around it.
 
 Per write: a bare BIP-340 verify of the event's signature (pre-decoded bytes), then the very
-statements the relay's ingest runs for an artifact create, in one transaction, committed. The
-statements are not written here: one ingest (`artifacts.services.ingest.ingest_event`) is
-recorded as psycopg receives it (bound by the client or prepared, as the relay sends each), and
-each floor write replays that recording with its
+statements the relay's ingest sends for an artifact create, in the pipelines it sends them in
+(BEGIN to COMMIT, two round trips), committed. The statements are not written here: one write
+of the server loop's driver (`artifacts.services.async_ingest.apply_event_async`) is recorded
+pipeline by pipeline as it sends them, and each floor write replays that recording with its
 own event's values put in place of the recorded one's (event id, artifact id, created_at, the
-stored text, the artifact's advisory-lock key), so the floor follows the relay's SQL as it
-changes and its writes contend exactly as the relay's would (distinct artifacts, distinct
-locks). Not in the floor: the HTTP and ASGI cycle, DRF, NIP-98, strict JSON parsing, the
-thread hop, the after-commit publish: what `bench/ingest.py` reports against it.
+stored text, the artifact's advisory-lock key), so the floor follows the relay's SQL and its
+round trips as they change, and its writes contend exactly as the relay's would (distinct
+artifacts, distinct locks). Not in the floor: the HTTP and ASGI cycle, DRF, NIP-98, the
+community lookup, strict JSON parsing, the after-commit publish: what `bench/ingest.py`
+reports against it.
 """
 
 from __future__ import annotations
@@ -43,15 +44,17 @@ class Write:
 class Statement:
     sql: str
     params: Params
-    prepare: bool | None
-    client_side: bool  # bound by the client (Django's cursors) or by the server
+
+
+# One pipeline's statements (one round trip), in order.
+Batch = list[Statement]
 
 
 @dataclass(frozen=True)
 class Template:
-    """The statements of one recorded ingest, and the write whose values they hold."""
+    """The pipelines of one recorded write, and the write whose values they hold."""
 
-    statements: list[Statement]
+    batches: list[Batch]
     write: Write
 
 
@@ -73,38 +76,52 @@ def make_write(*, secret: str, community_id: int, h: str, artifact_tags: Any) ->
 
 
 def record_ingest(*, community: Any, secret: str, h: str, artifact_tags: Any) -> Template:
-    """Run one real ingest (Django set up, in this process) and record its statements as psycopg
-    received them: Django's client-bound ones and the prepared ones alike."""
+    """Run one real write of the server loop's driver (Django set up, in this process, on an
+    event loop of its own) and record each pipeline it sends."""
+    import time as clock
+
     import psycopg
 
-    from artifacts.services.ingest import ingest_event
+    from artifacts.db import psycopg_connect_kwargs
+    from artifacts.services import async_ingest
+    from artifacts.services.ingest import check_event
+    from nostr.events import Event
     from nostr.schnorr import pubkey_from_secret
 
     write = make_write(secret=secret, community_id=community.pk, h=h,
                        artifact_tags=artifact_tags)
-    statements: list[Statement] = []
-    execute = psycopg.Cursor.execute
+    batches: list[Batch] = []
+    send = async_ingest._pipeline
 
-    def recorder(self: Any, query: Any, params: Any = None, *, prepare: bool | None = None,
-                 **kw: Any) -> Any:
-        statements.append(Statement(
-            str(query), list(params) if isinstance(params, tuple) else params, prepare,
-            isinstance(self, psycopg.ClientCursor)))
-        return execute(self, query, params, prepare=prepare, **kw)
+    async def recorder(conn: Any, batch: Any) -> Any:
+        batches.append([Statement(sql, list(params) if isinstance(params, tuple) else params)
+                        for sql, params in batch])
+        return await send(conn, batch)
 
-    psycopg.Cursor.execute = recorder  # type: ignore[method-assign]
+    async def one_write() -> Any:
+        now = int(clock.time())
+        checked = check_event(community=community, raw=write.raw.encode(),
+                              authenticated_pubkeys=(pubkey_from_secret(secret),), now=now)
+        assert isinstance(checked, Event), checked
+        conn = await psycopg.AsyncConnection.connect(**psycopg_connect_kwargs(), autocommit=True)
+        try:
+            return await async_ingest.apply_event_async(
+                conn, community_id=community.pk, event=checked, now=now)
+        finally:
+            await conn.close()
+
+    async_ingest._pipeline = recorder  # type: ignore[assignment]
     try:
-        result = ingest_event(community=community, raw=write.raw.encode(),
-                              authenticated_pubkeys=(pubkey_from_secret(secret),))
+        result = asyncio.run(one_write())
     finally:
-        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+        async_ingest._pipeline = send
     if not (result.accepted and result.message == ""):
         raise RuntimeError(f"the recorded ingest was not accepted: {result.message}")
-    return Template(statements, write)
+    return Template(batches, write)
 
 
-def substitute(template: Template, write: Write) -> list[Statement]:
-    """The template's statements with `write`'s values in place of the recorded write's."""
+def substitute(template: Template, write: Write) -> list[Batch]:
+    """The template's pipelines with `write`'s values in place of the recorded write's."""
     old = template.write
     swap: dict[Any, Any] = {
         old.event_id: write.event_id, old.created_at: write.created_at,
@@ -117,37 +134,36 @@ def substitute(template: Template, write: Write) -> list[Statement]:
             return value
         return swap.get(value, value)
 
-    statements: list[Statement] = []
-    for statement in template.statements:
+    def put_in(statement: Statement) -> Statement:
         params = statement.params
         if isinstance(params, dict):
             params = {key: one(value) for key, value in params.items()}
         elif params is not None:
             params = [one(value) for value in params]
-        statements.append(Statement(statement.sql, params, statement.prepare,
-                                    statement.client_side))
-    return statements
+        return Statement(statement.sql, params)
+
+    return [[put_in(statement) for statement in batch] for batch in template.batches]
 
 
 @dataclass(frozen=True)
 class _Job:
     connect: dict[str, Any]
     prepare_threshold: int | None
-    writes: list[tuple[Write, list[Statement]]]
+    writes: list[tuple[Write, list[Batch]]]
     connections: int
 
 
-async def floor_write(conn: Any, write: Write, statements: list[Statement]) -> None:
-    """One floor write: a bare verify, then the statements in one transaction, committed."""
-    import psycopg
+async def floor_write(conn: Any, write: Write, batches: list[Batch]) -> None:
+    """One floor write: a bare verify, then the recorded pipelines (BEGIN to COMMIT), each one
+    round trip, every statement prepared on the server as the relay's driver sends it."""
     from coincurve import PublicKeyXOnly
 
     assert PublicKeyXOnly(write.pubkey).verify(write.signature, write.digest)
-    async with conn.transaction():
-        client, server = psycopg.AsyncClientCursor(conn), conn.cursor()
-        for statement in statements:
-            cursor = client if statement.client_side else server
-            await cursor.execute(statement.sql, statement.params, prepare=statement.prepare)
+    cursor = conn.cursor()
+    for batch in batches:
+        async with conn.pipeline():
+            for statement in batch:
+                await cursor.execute(statement.sql, statement.params, prepare=True)
 
 
 def _floor_process(job: _Job, out: Any) -> None:

@@ -12,7 +12,7 @@ thread's CPU time is read from /proc for the run, so the work is split where it 
   Django's connection, the after-commit signal);
 - the live publisher (numbering and publishing the commit to the channel layer).
 
-The floor (bench/ingest_floor.py: a bare verify and the relay's own recorded statements over
+The floor (bench/ingest_floor.py: a bare verify and the relay's own recorded pipelines over
 psycopg, committed) runs the same number of writes, one at a time on one connection, in the
 same invocation; its CPU is all on the loop that drives it. CPU time is what waiting for a core
 does not inflate, so the split holds on a busy machine; the median of `--runs` runs is printed.
@@ -111,8 +111,8 @@ def floor_run(h: str, community_id: int, template: Any, n: int) -> float:
         conn = await psycopg.AsyncConnection.connect(**connect, autocommit=True)
         try:
             started = time.thread_time()
-            for write, statements in prepared:
-                await floor_write(conn, write, statements)
+            for write, batches in prepared:
+                await floor_write(conn, write, batches)
             return (time.thread_time() - started) / n * 1000
         finally:
             await conn.close()
@@ -173,7 +173,7 @@ def main() -> int:
         for group in groups
     ]
     rows.append(["relay, all threads", f"{statistics.median(totals):.3f}"])
-    rows.append(["floor (verify + the statements, psycopg)", f"{floor:.3f}"])
+    rows.append(["floor (verify + the pipelines, psycopg)", f"{floor:.3f}"])
     stats = pstats.Stats(profiler)
     calls = sum(entry[1] for entry in stats.stats.values())  # type: ignore[attr-defined]
     print(f"POST /event artifact create, in-process, one at a time: CPU ms per write"
