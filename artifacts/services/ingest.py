@@ -30,7 +30,7 @@ from artifacts.services.channels import (
 )
 from artifacts.services.errors import Duplicate, Restricted, WriteRefused
 from artifacts.services.members import member_put_steps, member_remove_steps
-from artifacts.services.redactions import event_redact_event
+from artifacts.services.redactions import event_redact_steps
 from artifacts.services.tags import channel_tag
 from artifacts.services.transactions import WriteContext, store_event, write_transaction
 from artifacts.services.write_steps import WriteSteps, run_write_steps
@@ -65,8 +65,8 @@ class Handler(Protocol):
 
 class StepsHandler(Protocol):
     """What stores and applies one kind's verified event, as statements (`write_steps`): the
-    kinds clients write all day (artifacts, memberships), which the asyncio driver runs on the
-    server loop."""
+    kinds clients write all day (artifacts, memberships, redactions), which the asyncio driver
+    runs on the server loop."""
 
     def __call__(self, *, ctx: WriteContext, event: Event, now: int) -> WriteSteps: ...
 
@@ -79,11 +79,11 @@ STEPS_HANDLERS: dict[int, StepsHandler] = {
     KIND_ARTIFACT: artifact_revision_steps,
     KIND_PUT_MEMBER: member_put_steps,
     KIND_REMOVE_MEMBER: member_remove_steps,
+    KIND_REDACTION: event_redact_steps,
 }
 HANDLERS: dict[int, Handler] = {
     KIND_REMOVAL_MARKER: _relay_only,
     KIND_EDIT_CHANNEL: channel_update_event,
-    KIND_REDACTION: event_redact_event,
     KIND_CREATE_CHANNEL: channel_create_event,
     KIND_DELETE_CHANNEL: channel_delete_event,
 }

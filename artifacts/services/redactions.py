@@ -10,14 +10,38 @@ from __future__ import annotations
 
 from django.db import connection
 
-from artifacts.selectors.permissions import channel_access
-from artifacts.services.errors import Invalid, Restricted
+from artifacts.selectors.budget import execute_prepared
+from artifacts.selectors.permissions import access_from_rows, access_statement
+from artifacts.services.errors import Duplicate, Invalid, Restricted
 from artifacts.services.tags import channel_tag, checked_tag, event_id_value
-from artifacts.services.transactions import WriteContext, write_transaction
+from artifacts.services.transactions import (
+    WriteContext,
+    note_stored,
+    store_statement,
+    write_transaction,
+)
+from artifacts.services.write_steps import Batch, Statement, WriteSteps
 from nostr.events import Event
 from nostr.kinds import CHANNEL_KINDS, KIND_ARTIFACT
 
 REDACTABLE_KINDS = frozenset({KIND_ARTIFACT, *CHANNEL_KINDS})
+
+_TARGET_SQL = (
+    "SELECT pubkey, kind FROM events WHERE community_id = %s AND event_id = %s"
+    " AND channel_id = %s"
+)
+_REDACT_SQL = (
+    "UPDATE events SET deleted_at = statement_timestamp()"
+    " WHERE community_id = %s AND event_id = %s AND deleted_at IS NULL RETURNING kind"
+)
+_STAMP_REVISION_SQL = (
+    "UPDATE artifact_revisions SET modified_at = statement_timestamp()"
+    " WHERE community_id = %s AND event_id = %s"
+)
+_STAMP_HEAD_SQL = (
+    "UPDATE artifact_heads SET modified_at = statement_timestamp()"
+    " WHERE community_id = %s AND event_id = %s"
+)
 
 
 def event_redact(*, community_id: int, event_id: str) -> bool:
@@ -27,30 +51,16 @@ def event_redact(*, community_id: int, event_id: str) -> bool:
     for nothing this takes, so the two cannot deadlock).
     """
     with write_transaction(community_id=community_id), connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE events SET deleted_at = statement_timestamp()"
-            " WHERE community_id = %s AND event_id = %s AND deleted_at IS NULL RETURNING kind",
-            [community_id, event_id],
-        )
-        row = cursor.fetchone()
-        if row is None:
-            return False
-        if row[0] == KIND_ARTIFACT:
-            cursor.execute(
-                "UPDATE artifact_revisions SET modified_at = statement_timestamp()"
-                " WHERE community_id = %s AND event_id = %s",
-                [community_id, event_id],
-            )
-            cursor.execute(
-                "UPDATE artifact_heads SET modified_at = statement_timestamp()"
-                " WHERE community_id = %s AND event_id = %s",
-                [community_id, event_id],
-            )
-        return True
+        rows = execute_prepared(cursor, *_redact_statement(community_id, event_id))
+        for statement in _stamps_after(rows, community_id, event_id):
+            cursor.execute(*statement)  # they return no rows
+        return bool(rows)
 
 
-def event_redact_event(*, ctx: WriteContext, event: Event, now: int) -> None:
-    """Kind 9005 by the redacted event's author, a channel owner/admin or a community admin.
+def event_redact_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteSteps:
+    """Kind 9005 by the redacted event's author, a channel owner/admin or a community admin,
+    stored and applied in steps (`write_steps`): one batch stores it and reads the author's
+    standing and the target; the next redacts the target; an artifact revision's stamps finish.
 
     Until the author is known to see the channel (readable, community admin, or author of the
     target), every refusal reads the same, whether the channel or event exists or not.
@@ -60,14 +70,16 @@ def event_redact_event(*, ctx: WriteContext, event: Event, now: int) -> None:
     assert e_tag is not None
     target_id = event_id_value(e_tag[1], "e")
     pubkey = event.pubkey
-    actor = channel_access(community_id=ctx.community_id, channel_id=channel_id, pubkey=pubkey)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pubkey, kind FROM events WHERE community_id = %s AND event_id = %s"
-            " AND channel_id = %s",
-            [ctx.community_id, target_id, channel_id],
-        )
-        target = cursor.fetchone()
+    community_id = ctx.community_id
+    stored, access, found = yield (
+        store_statement(ctx, event=event, channel_id=channel_id),
+        access_statement(community_id, channel_id, pubkey),
+        (_TARGET_SQL, [community_id, target_id, channel_id]),
+    )
+    if not note_stored(ctx, stored, event=event, channel_id=channel_id):
+        raise Duplicate("already have this event")
+    actor = access_from_rows(community_id, channel_id, access)
+    target = found[0] if found else None
     is_author = target is not None and target[0] == pubkey
     if not actor.exists or not (actor.readable or actor.community_admin or is_author):
         raise Restricted(f"cannot redact events in channel {channel_id}")
@@ -79,4 +91,21 @@ def event_redact_event(*, ctx: WriteContext, event: Event, now: int) -> None:
         raise Restricted("only the author, a channel owner or admin may redact this event")
     if actor.archived:
         raise Restricted(f"channel {channel_id} is archived")
-    event_redact(community_id=ctx.community_id, event_id=target_id)
+    (redacted,) = yield (_redact_statement(community_id, target_id),)
+    return _stamps_after(redacted, community_id, target_id)
+
+
+def _redact_statement(community_id: int, event_id: str) -> Statement:
+    return _REDACT_SQL, [community_id, event_id]
+
+
+def _stamps_after(redacted: list[tuple[object, ...]], community_id: int, event_id: str) -> Batch:
+    """What a redaction stamps besides the event: a revision, and its head when it is the head
+    (the head stays the head but is no longer readable, so readers must find it). Nothing when
+    the event was already redacted."""
+    if not redacted or redacted[0][0] != KIND_ARTIFACT:
+        return ()
+    return (
+        (_STAMP_REVISION_SQL, [community_id, event_id]),
+        (_STAMP_HEAD_SQL, [community_id, event_id]),
+    )

@@ -1,13 +1,13 @@
 """The asyncio driver of the writes in steps form (artifacts/services/async_ingest.py).
 
 It runs the statements a kind's steps yield (`artifact_revision_steps`, `member_put_steps`,
-`member_remove_steps`), as the synchronous driver does, but each batch as one pipeline. The
-parity machine applies every signed event (artifact writes and membership changes, which decide
-who may write where) to twin communities, one through each driver, and requires the same answer,
-the same stored state and the same access announcements; the rest test
-what only the pipeline could get wrong: the head read after the advisory lock is granted, a
-refused or failed write leaving the connection idle, the budgets, and the after-commit work on
-the server loop.
+`member_remove_steps`, `event_redact_steps`), as the synchronous driver does, but each batch as
+one pipeline. The parity machine applies every signed event (artifact writes, membership
+changes, which decide who may write where, and redactions) to twin communities, one through
+each driver, and requires the same answer, the same stored state and the same access
+announcements; the rest test what only the pipeline could get wrong: the head read after the
+advisory lock is granted, a refused or failed write leaving the connection idle, the budgets,
+and the after-commit work on the server loop.
 """
 
 from __future__ import annotations
@@ -103,7 +103,10 @@ def _state(community: Community) -> dict[str, Any]:
             )
         ),
         "events": sorted(
-            Event.objects.filter(community=community).values_list("event_id", "kind", "channel_id")
+            (event_id, kind, channel_id, deleted_at is None)
+            for event_id, kind, channel_id, deleted_at in Event.objects.filter(
+                community=community
+            ).values_list("event_id", "kind", "channel_id", "deleted_at")
         ),
         "members": sorted(
             (channel_id, pubkey, role, removed_at is None)
@@ -200,16 +203,22 @@ class DriverParity(RuleBasedStateMachine):
                 self.deleted.discard(d)
             ACCEPTED[op] += 1
 
-    @rule(
-        put=st.booleans(),
+    @rule(data=st.data(), redaction=st.integers(0, 2).map(lambda n: n == 0))
+    def administer(self, data: st.DataObject, redaction: bool) -> None:
+        """A membership change or a redaction (one rule, so artifact writes stay a third of
+        the steps: their histories need many)."""
+        if redaction:
+            self._redact(data)
+        else:
+            self._membership(data)
+
+    def _membership(self, data: st.DataObject) -> None:
+        put = data.draw(st.booleans())
         # The writer owns every channel; the outsider manages none, but may remove itself.
-        by_outsider=st.integers(0, 3).map(lambda n: n == 0),
-        whom=st.sampled_from(("outsider", "outsider", "writer", "stranger")),
-        channel=st.integers(0, 2),
-        role=st.sampled_from(("member", "member", "admin", "owner", "", "boss")),
-    )
-    def membership(self, put: bool, by_outsider: bool, whom: str, channel: int,
-                   role: str) -> None:
+        by_outsider = data.draw(st.integers(0, 3)) == 0
+        whom = data.draw(st.sampled_from(("outsider", "outsider", "writer", "stranger")))
+        channel = data.draw(st.integers(0, 2))
+        role = data.draw(st.sampled_from(("member", "member", "admin", "owner", "", "boss")))
         actor = self.outsider if by_outsider else self.writer
         pubkey = {"outsider": self.outsider.pubkey, "writer": self.writer.pubkey,
                   "stranger": "ab" * 32}[whom]
@@ -220,6 +229,21 @@ class DriverParity(RuleBasedStateMachine):
         result = self._both(event)
         if result.accepted and result.message == "":
             ACCEPTED["member put" if put else "member remove"] += 1
+
+    def _redact(self, data: st.DataObject) -> None:
+        if not self.seen:
+            return
+        target = data.draw(st.sampled_from(self.seen))
+        by_outsider = data.draw(st.integers(0, 3)) == 0
+        h = next(tag[1] for tag in target["tags"] if tag[0] == "h")
+        if data.draw(st.integers(0, 4)) == 0:  # named in another channel than its own
+            h = self.channels[(self.channels.index(h) + 1) % 3]
+        e = "cd" * 32 if data.draw(st.integers(0, 9)) == 0 else target["id"]  # 1 in 10 unknown
+        event = signed_event(self.outsider if by_outsider else self.writer, 9005,
+                             [["h", h], ["e", e]], created_at=self.now - next(self.clock))
+        result = self._both(event)
+        if result.accepted and result.message == "":
+            ACCEPTED["redaction"] += 1
 
     @rule(data=st.data())
     def resend(self, data: st.DataObject) -> None:
@@ -233,7 +257,8 @@ class DriverParity(RuleBasedStateMachine):
         assert self.announced[sync_twin.pk] == self.announced[async_twin.pk]
 
 
-PATHS = ("create", "update", "move", "delete", "restore", "member put", "member remove")
+PATHS = ("create", "update", "move", "delete", "restore", "member put", "member remove",
+         "redaction")
 
 
 def test_both_drivers_answer_and_store_the_same_for_random_writes() -> None:
@@ -405,5 +430,7 @@ def test_only_the_kinds_written_in_steps_take_the_loop() -> None:
     channel = signed_event(author, 9007, [["h", h]], orjson.dumps({"name": "x"}).decode())
     community = make_community("kinds.example")
     now = int(time.time())
-    assert all(writes_on_loop(_checked(community, event, now)) for event in (artifact, put, remove))
+    redaction = signed_event(author, 9005, [["h", h], ["e", "ab" * 32]])
+    assert all(writes_on_loop(_checked(community, event, now))
+               for event in (artifact, put, remove, redaction))
     assert not writes_on_loop(_checked(community, channel, now))
