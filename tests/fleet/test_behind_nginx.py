@@ -43,6 +43,8 @@ pytestmark = pytest.mark.slow
 RELAYS = 3
 READERS = 4
 SUBSCRIBERS = 3
+# deploy/nginx/buzz.conf's `fail_timeout` on every upstream line (seconds).
+NGINX_FAIL_TIMEOUT = 2
 RELAY_ENV = {"RELAY_TRUSTED_PROXIES": "127.0.0.1", "RELAY_RATE_LIMIT_ADDRESS_RATE": "0"}
 
 
@@ -257,7 +259,11 @@ def test_rolling_restart_behind_nginx_loses_no_answer_and_every_client_converges
             assert relay.stop() in (0, -signal.SIGTERM), relay.log()
             fleet[index] = dep.start_relay(port=relay.port, env=RELAY_ENV)
             wait_until(functools.partial(_ready, fleet[index]), timeout=30)
-            time.sleep(1)
+            # nginx keeps an upstream it saw fail out for fail_timeout (2 s, whole seconds) after
+            # its last failure: the next instance stops only once this one is back in the pool.
+            # With 1 s here, one CI run stopped the third instance while the second was still
+            # out, and a 500 from the third's drain emptied the pool: 502 "no live upstreams".
+            time.sleep(NGINX_FAIL_TIMEOUT + 1)
         time.sleep(2)
     finally:
         stop.set()
