@@ -53,7 +53,7 @@ def event_redact(*, community_id: int, event_id: str) -> bool:
     with write_transaction(community_id=community_id), connection.cursor() as cursor:
         rows = execute_prepared(cursor, *_redact_statement(community_id, event_id))
         for statement in _stamps_after(rows, community_id, event_id):
-            cursor.execute(*statement)  # they return no rows
+            execute_prepared(cursor, *statement)
         return bool(rows)
 
 
