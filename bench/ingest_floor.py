@@ -78,8 +78,6 @@ def make_write(*, secret: str, community_id: int, h: str, artifact_tags: Any) ->
 def record_ingest(*, community: Any, secret: str, h: str, artifact_tags: Any) -> Template:
     """Run one real write of the server loop's driver (Django set up, in this process, on an
     event loop of its own) and record each pipeline it sends."""
-    import time as clock
-
     import psycopg
 
     from artifacts.db import psycopg_connect_kwargs
@@ -99,7 +97,7 @@ def record_ingest(*, community: Any, secret: str, h: str, artifact_tags: Any) ->
         return await send(conn, batch)
 
     async def one_write() -> Any:
-        now = int(clock.time())
+        now = int(time.time())
         checked = check_event(community=community, raw=write.raw.encode(),
                               authenticated_pubkeys=(pubkey_from_secret(secret),), now=now)
         assert isinstance(checked, Event), checked
