@@ -5,8 +5,10 @@ The same write as `ingest.apply_event` (the rules and statements are the kind's
 `STEPS_HANDLERS` generator, written once), under the same budgets, stamps and locks, announced
 after its commit in the same way (`transactions.announce_commit`). Only the driving differs:
 each batch is one pipeline, the first with the BEGIN and the budgets, the finishing one with the
-COMMIT, so an artifact write takes two round trips (the synchronous driver takes eight, on a
-database thread the loop hands the write to and waits for: docs/performance.md).
+COMMIT, so an artifact write takes two round trips and a channel or membership change three
+(the synchronous driver takes one per statement, eight for an artifact create, on a database
+thread the loop would hand the write to and wait for: docs/performance.md). Every kind the relay
+accepts is written here when the write comes in on the server loop.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from artifacts.services.transactions import WriteContext, announce_commit, budge
 from artifacts.services.write_steps import Batch, Rows, Statement, WriteSteps
 from nostr.events import Event
 
-__all__ = ["apply_event_async", "writes_on_loop"]
+__all__ = ["apply_event_async"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,15 +40,10 @@ _BEGIN: Statement = ("BEGIN", ())
 _COMMIT: Statement = ("COMMIT", ())
 
 
-def writes_on_loop(event: Event) -> bool:
-    """Whether `apply_event_async` writes `event`'s kind (the others take `apply_event`)."""
-    return event.kind in STEPS_HANDLERS
-
-
 async def apply_event_async(
     conn: psycopg.AsyncConnection[Any], *, community_id: int, event: Event, now: int
 ) -> IngestResult:
-    """`ingest.apply_event` for a kind `writes_on_loop`, on `conn` (autocommit, idle).
+    """`ingest.apply_event` on `conn` (autocommit, idle), for an event `check_event` passed.
 
     Leaves `conn` idle: a refused or failed write is rolled back before this returns.
     """

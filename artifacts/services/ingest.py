@@ -24,15 +24,15 @@ from artifacts.db import is_statement_timeout
 from artifacts.models import Community
 from artifacts.services.artifact_revisions import artifact_revision_steps
 from artifacts.services.channels import (
-    channel_create_event,
-    channel_delete_event,
-    channel_update_event,
+    channel_create_steps,
+    channel_delete_steps,
+    channel_update_steps,
 )
-from artifacts.services.errors import Duplicate, Restricted, WriteRefused
+from artifacts.services.errors import Duplicate, WriteRefused
 from artifacts.services.members import member_put_steps, member_remove_steps
 from artifacts.services.redactions import event_redact_steps
 from artifacts.services.tags import channel_tag
-from artifacts.services.transactions import WriteContext, store_event, write_transaction
+from artifacts.services.transactions import WriteContext, write_transaction
 from artifacts.services.write_steps import WriteSteps, run_write_steps
 from nostr.events import (
     DEFAULT_LIMITS,
@@ -57,22 +57,12 @@ from nostr.kinds import (
 
 logger = logging.getLogger(__name__)
 
-class Handler(Protocol):
-    """What applies one kind's verified, stored event inside the write transaction."""
-
-    def __call__(self, *, ctx: WriteContext, event: Event, now: int) -> None: ...
-
-
 class StepsHandler(Protocol):
-    """What stores and applies one kind's verified event, as statements (`write_steps`): the
-    kinds clients write all day (artifacts, memberships, redactions), which the asyncio driver
-    runs on the server loop."""
+    """What stores and applies one kind's verified event, as statements (`write_steps`), which
+    either driver runs: Django's connection (`apply_event`) or the server loop's asyncio one
+    (`async_ingest`)."""
 
     def __call__(self, *, ctx: WriteContext, event: Event, now: int) -> WriteSteps: ...
-
-
-def _relay_only(*, ctx: WriteContext, event: Event, now: int) -> None:
-    raise Restricted("removal markers (45011) are written by the relay only")
 
 
 STEPS_HANDLERS: dict[int, StepsHandler] = {
@@ -80,14 +70,14 @@ STEPS_HANDLERS: dict[int, StepsHandler] = {
     KIND_PUT_MEMBER: member_put_steps,
     KIND_REMOVE_MEMBER: member_remove_steps,
     KIND_REDACTION: event_redact_steps,
+    KIND_EDIT_CHANNEL: channel_update_steps,
+    KIND_CREATE_CHANNEL: channel_create_steps,
+    KIND_DELETE_CHANNEL: channel_delete_steps,
 }
-HANDLERS: dict[int, Handler] = {
-    KIND_REMOVAL_MARKER: _relay_only,
-    KIND_EDIT_CHANNEL: channel_update_event,
-    KIND_CREATE_CHANNEL: channel_create_event,
-    KIND_DELETE_CHANNEL: channel_delete_event,
-}
-ACCEPTED_KINDS = frozenset(HANDLERS) | frozenset(STEPS_HANDLERS)
+# Stored by the relay's own moves, never accepted from a client (refused before the database).
+RELAY_ONLY_KINDS = frozenset({KIND_REMOVAL_MARKER})
+RELAY_ONLY_REFUSAL = "restricted: removal markers (45011) are written by the relay only"
+ACCEPTED_KINDS = frozenset(STEPS_HANDLERS) | RELAY_ONLY_KINDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,21 +152,16 @@ def check_event(
         channel_tag(event)  # every served kind names its channel; refused here, for both drivers
     except WriteRefused as exc:
         return refusal(event.id, exc)
+    if kind in RELAY_ONLY_KINDS:
+        return IngestResult(event.id, False, RELAY_ONLY_REFUSAL)
     return event
 
 
 def apply_event(*, community_id: int, event: Event, now: int) -> IngestResult:
     """The write transaction of a checked event (`check_event`), on Django's connection."""
     try:
-        channel_id = channel_tag(event)
         with write_transaction(community_id=community_id) as ctx:
-            steps = STEPS_HANDLERS.get(event.kind)
-            if steps is not None:
-                run_write_steps(steps(ctx=ctx, event=event, now=now))
-            else:
-                if not store_event(ctx, event=event, channel_id=channel_id):
-                    raise Duplicate("already have this event")
-                HANDLERS[event.kind](ctx=ctx, event=event, now=now)
+            run_write_steps(STEPS_HANDLERS[event.kind](ctx=ctx, event=event, now=now))
     except WriteRefused as exc:
         return refusal(event.id, exc)
     except DatabaseError as exc:

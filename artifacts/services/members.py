@@ -65,7 +65,7 @@ def member_put(*, community_id: int, channel_id: UUID, pubkey: str, role: str) -
     with write_transaction(community_id=community_id) as ctx, connection.cursor() as cursor:
         if not execute_prepared(cursor, *_channel_statement(community_id, channel_id)):
             raise Invalid(f"no channel {channel_id}")
-        rows = execute_prepared(cursor, *_put_statement(community_id, channel_id, pubkey, role))
+        rows = execute_prepared(cursor, *put_statement(community_id, channel_id, pubkey, role))
         return _noted(ctx, channel_id, changed=bool(rows))
 
 
@@ -94,7 +94,7 @@ def member_put_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteSteps
     community_id = ctx.community_id
     exists, put = yield (
         _channel_statement(community_id, channel_id),
-        _put_statement(community_id, channel_id, target, role),
+        put_statement(community_id, channel_id, target, role),
     )
     if not exists:  # deleted since the standing was read: the put is rolled back with it
         raise Invalid(f"no channel {channel_id}")
@@ -176,7 +176,7 @@ def _channel_statement(community_id: int, channel_id: UUID) -> Statement:
     return _CHANNEL_SQL, [community_id, channel_id]
 
 
-def _put_statement(community_id: int, channel_id: UUID, pubkey: str, role: str) -> Statement:
+def put_statement(community_id: int, channel_id: UUID, pubkey: str, role: str) -> Statement:
     return _PUT_SQL, [community_id, channel_id, pubkey, role]
 
 

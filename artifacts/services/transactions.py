@@ -123,7 +123,12 @@ def lock_community(community_id: int) -> None:
     behind artifact traffic.
     """
     with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM communities WHERE id = %s FOR UPDATE", [community_id])
+        execute_prepared(cursor, *lock_community_statement(community_id))
+
+
+def lock_community_statement(community_id: int) -> Statement:
+    """`lock_community` as a statement (for writers in steps form)."""
+    return "SELECT 1 FROM communities WHERE id = %s FOR UPDATE", [community_id]
 
 
 def bump_listing(community_id: int, *, stamp: bool) -> None:
@@ -132,13 +137,20 @@ def bump_listing(community_id: int, *, stamp: bool) -> None:
     `listing_version` lets a read tell "nothing changed" without comparing stamps, which are
     not unique (PROTOCOL.md section 5).
     """
-    stamp_sql = ", artifact_policy_modified_at = statement_timestamp()" if stamp else ""
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE communities SET listing_version = listing_version + 1{stamp_sql}"
-            " WHERE id = %s",
-            [community_id],
-        )
+        execute_prepared(cursor, *bump_listing_statement(community_id, stamp=stamp))
+
+
+def bump_listing_statement(community_id: int, *, stamp: bool) -> Statement:
+    """`bump_listing` as a statement (for writers in steps form)."""
+    return _BUMP_STAMPED_SQL if stamp else _BUMP_SQL, [community_id]
+
+
+_BUMP_SQL = "UPDATE communities SET listing_version = listing_version + 1 WHERE id = %s"
+_BUMP_STAMPED_SQL = (
+    "UPDATE communities SET listing_version = listing_version + 1,"
+    " artifact_policy_modified_at = statement_timestamp() WHERE id = %s"
+)
 
 
 def store_event(ctx: WriteContext, *, event: Event, channel_id: UUID | None) -> bool:

@@ -1,6 +1,6 @@
 """An ingest from the server's event loop, as both entry points run it (`POST /event`, WebSocket
-EVENT): the checks on the loop, the write on the loop's asyncio pool for the kinds written in
-steps (`async_ingest`), on a database thread for the rest (`ingest.apply_event`)."""
+EVENT): the checks and the write on the loop, the write on the loop's asyncio pool
+(`async_ingest`): no database thread on the write path."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ import psycopg
 
 from artifacts.models import Community
 from artifacts.selectors.async_reads import connection_pool, note_used
-from artifacts.services.async_ingest import apply_event_async, writes_on_loop
-from artifacts.services.ingest import IngestResult, apply_event, check_event, database_failure
-from artifacts.ws.dbcall import run_db
+from artifacts.services.async_ingest import apply_event_async
+from artifacts.services.ingest import IngestResult, check_event, database_failure
 from nostr.events import Event
 
 __all__ = ["ingest_on_loop"]
@@ -37,8 +36,6 @@ async def ingest_on_loop(
     )
     if isinstance(checked, IngestResult):
         return checked
-    if not writes_on_loop(checked):
-        return await run_db(apply_event, community_id=community.pk, event=checked, now=now)
     if conn is not None:
         return await _write(conn, community, checked, now)
     try:
