@@ -12,7 +12,9 @@
    second channel (a revision and a relay-signed removal marker); "update hot (CAS)": every
    writer updating one artifact, each signing the head it last saw and trying again when
    another writer's update won (the lost compare-and-swaps are counted apart); "member put":
-   kind 9000 puts of new members by the channel's owner. Right after the create phase, its
+   kind 9000 puts of new members by the channel's owner; "channel create": kind 9007 creations
+   of new channels by a community admin (each takes the community's row lock: they queue on
+   it, as the lock order requires). Right after the create phase, its
    floor in the same invocation ("create floor", bench/ingest_floor.py): the relay's own
    statements for an accepted create in its own pipelines (two round trips), recorded from one
    real write of the server loop's driver and replayed with each write's values, and a bare
@@ -179,6 +181,23 @@ def _sign_member_puts(url: str, h: str, secret: str, count: int) -> list[tuple[b
     return requests
 
 
+def _sign_channel_creates(url: str, secret: str, count: int) -> list[tuple[bytes, str]]:
+    """`count` kind 9007 creations of new channels, signed by the community admin `secret`."""
+    import orjson
+
+    from nostr.events import sign_event
+    from nostr.nip98 import make_nip98_header
+
+    requests = []
+    for index in range(count):
+        h = str(uuid.uuid4())
+        event = sign_event(secret, kind=9007, tags=[["h", h], ["name", f"bench {index}"]],
+                           content="")
+        body = orjson.dumps(event)
+        requests.append((body, make_nip98_header(secret, url=url, method="POST", body=body)))
+    return requests
+
+
 async def _drive_hot(url: str, h: str, d: str, head: str, attempts: int, concurrency: int
                      ) -> tuple[float, list[float], list[Any]]:
     """Compare-and-swap on one hot artifact: `concurrency` writers each sign an update of the
@@ -294,7 +313,8 @@ def throughput(
 ) -> list[list[object]]:
     """Phases, each `n` writes with `concurrency` in flight: create (then its floor), update
     (each artifact once), move (each to `moved_to`: a revision and a removal marker), update of
-    one hot artifact (compare-and-swap contended by every writer), member puts into `owned`."""
+    one hot artifact (compare-and-swap contended by every writer), member puts into `owned`,
+    channel creations (the writer is a community admin)."""
     env = {**UNLIMITED, "DJANGO_SETTINGS_MODULE": SETTINGS[settings]}
     server = start_server("uvicorn", svc, workers=workers, **env)
     url = f"{server.url}/event"
@@ -336,6 +356,7 @@ def throughput(
                          expected=_lost_cas))
         if owned:
             phase("member put", _sign_member_puts(url, owned, WRITER_SECRET, n))
+        phase("channel create", _sign_channel_creates(url, WRITER_SECRET, n))
     finally:
         server.stop()
     return rows
@@ -365,9 +386,13 @@ def main() -> int:
         django.setup()
         from artifacts.models import Community
         from artifacts.services.channels import channel_create
+        from artifacts.services.communities import community_update_policy
         from nostr.schnorr import pubkey_from_secret
 
         community = Community.objects.get(host=BENCH_HOST)
+        # The writer creates channels in the last phase: a community admin may.
+        community_update_policy(community_id=community.pk,
+                                add_admin_pubkeys=[pubkey_from_secret(WRITER_SECRET)])
         h, moved_to, owned = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
         channel_create(community_id=community.pk, channel_id=h, name=f"bench {h.hex[:6]}")
         channel_create(community_id=community.pk, channel_id=moved_to,
