@@ -51,6 +51,7 @@ from artifacts.services.ingest import (
     check_event,
 )
 from artifacts.signals import access_changed, events_committed
+from artifacts.ws.publish import finish_publishing
 from nostr.events import Event as NostrEvent
 from relayinfo.models import WriterLagSample
 from tests.factories import Key, artifact_tags, make_channel, make_community, make_key, signed_event
@@ -85,6 +86,9 @@ class Loop:
         )
         # Left idle, whatever happened: the pool hands it to the next request as it is.
         assert self.conn.info.transaction_status == TransactionStatus.IDLE
+        # The loop's publisher runs only while its loop does: let it number and send the
+        # commit's announcement now (else its INCR times out and opens the Redis breaker).
+        self.loop.run_until_complete(finish_publishing())
         return result
 
     def close(self) -> None:
