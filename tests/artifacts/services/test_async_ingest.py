@@ -26,7 +26,13 @@ import pytest
 from django.db import connection
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 from psycopg.pq import TransactionStatus
 
 from artifacts.db import psycopg_connect_kwargs
@@ -227,6 +233,9 @@ class DriverParity(RuleBasedStateMachine):
             artifact_tags(op=op, d=d, h=self.channels[channel], prev=prev_id, type=kind_type),
             content, created_at=self.now - next(self.clock),
         )
+        self._artifact_written(event, d, op, channel)
+
+    def _artifact_written(self, event: dict[str, Any], d: str, op: str, channel: int) -> None:
         result = self._both(event)
         if result.accepted and result.message == "":
             self.heads[d] = (event["id"], channel)
@@ -236,35 +245,56 @@ class DriverParity(RuleBasedStateMachine):
                 self.deleted.discard(d)
             ACCEPTED[op] += 1
 
+    @rule(artifact=st.integers(0, 5))
+    @precondition(lambda self: self.deleted)
+    def restore(self, artifact: int) -> None:
+        """The writer restores a deleted artifact in its home channel (a rule of its own: only
+        a delete of the same artifact before it makes a restore acceptable)."""
+        deleted = sorted(self.deleted)
+        d = deleted[artifact % len(deleted)]
+        head, home = self.heads[d]
+        event = signed_event(
+            self.writer, 45010,
+            artifact_tags(op="restore", d=d, h=self.channels[home], prev=head),
+            f'{{"n":{next(self.clock)}}}', created_at=self.now - next(self.clock),
+        )
+        self._artifact_written(event, d, "restore", home)
+
     @rule(data=st.data(), what=st.sampled_from(("membership", "membership", "redaction",
                                                  "channel")))
     def administer(self, data: st.DataObject, what: str) -> None:
         """A membership change, a redaction or a channel change (one rule, so artifact writes
         stay a third of the steps: their histories need many)."""
         {"membership": self._membership, "redaction": self._redact,
-         "channel": self._channel}[what](data)
+         "channel": self._draw_channel_change}[what](data)
 
-    def _channel(self, data: st.DataObject) -> None:
+    def _draw_channel_change(self, data: st.DataObject) -> None:
         kind = data.draw(st.sampled_from((9007, 9002, 9008)))
-        by_outsider = data.draw(st.integers(0, 3)) == 0
-        # Mostly: creations of a spare channel not made yet, and deletions of one made (by the
-        # writer, who then owns it), so that sequences reach both accepted paths while
-        # artifact writes keep their homes.
+        # Mostly: creations of a spare channel not made yet, and edits and deletions of one
+        # made (by the writer, who then owns it), so that sequences reach the accepted paths
+        # while artifact writes keep their homes.
         made = [h for h in self.spare_channels if h in self.made]
-        likely = {9007: [h for h in self.spare_channels if h not in self.made],
-                  9008: made}.get(kind, [])
+        likely = [h for h in self.spare_channels if h not in self.made] if kind == 9007 else made
         if likely and data.draw(st.integers(0, 5)) > 0:
             h = data.draw(st.sampled_from(likely))
         else:
             h = data.draw(st.sampled_from(self.channels + self.spare_channels))
-        tags: list[list[str]] = [["h", h]]
+        name = visibility = None
         if kind != 9008:
-            name = data.draw(st.sampled_from(("plans", "notes", "plans", " ", "x" * 201)))
             if kind == 9007 or data.draw(st.booleans()):
-                tags.append(["name", name])
+                name = data.draw(st.sampled_from(("plans", "notes", "plans", " ", "x" * 201)))
             visibility = data.draw(st.sampled_from(("", "", "public", "private", "both")))
-            tags += {"": [], "public": [["public"]], "private": [["private"]],
-                     "both": [["public"], ["private"]]}[visibility]
+        self.change_channel(kind, h, by_outsider=data.draw(st.integers(0, 3)) == 0, name=name,
+                            visibility=visibility)
+
+    def change_channel(self, kind: int, h: str, *, by_outsider: bool = False,
+                       name: str | None = None, visibility: str | None = None) -> None:
+        """A creation (9007), an edit (9002) or a deletion (9008) of channel `h`."""
+        tags: list[list[str]] = [["h", h]]
+        if name is not None:
+            tags.append(["name", name])
+        tags += {None: [], "": [], "public": [["public"]], "private": [["private"]],
+                 "both": [["public"], ["private"]]}[visibility]
         event = signed_event(self.outsider if by_outsider else self.writer, kind, tags,
                              created_at=self.now - next(self.clock))
         result = self._both(event)
@@ -281,6 +311,11 @@ class DriverParity(RuleBasedStateMachine):
         whom = data.draw(st.sampled_from(("outsider", "outsider", "writer", "stranger")))
         channel = data.draw(st.integers(0, 2))
         role = data.draw(st.sampled_from(("member", "member", "admin", "owner", "", "boss")))
+        self.change_membership(put, whom, channel, role, by_outsider=by_outsider)
+
+    def change_membership(self, put: bool, whom: str, channel: int, role: str, *,
+                          by_outsider: bool = False) -> None:
+        """A put (9000, with `role`) or a removal (9001) of `whom` in channel `channel`."""
         actor = self.outsider if by_outsider else self.writer
         pubkey = {"outsider": self.outsider.pubkey, "writer": self.writer.pubkey,
                   "stranger": "ab" * 32}[whom]
@@ -302,6 +337,10 @@ class DriverParity(RuleBasedStateMachine):
             every = self.channels + self.spare_channels
             h = every[(every.index(h) + 1) % len(every)]
         e = "cd" * 32 if data.draw(st.integers(0, 9)) == 0 else target["id"]  # 1 in 10 unknown
+        self.redact(h, e, by_outsider=by_outsider)
+
+    def redact(self, h: str, e: str, *, by_outsider: bool = False) -> None:
+        """A redaction (9005) of event `e`, named in channel `h`."""
         event = signed_event(self.outsider if by_outsider else self.writer, 9005,
                              [["h", h], ["e", e]], created_at=self.now - next(self.clock))
         result = self._both(event)
@@ -326,18 +365,45 @@ PATHS = ("create", "update", "move", "delete", "restore", "member put", "member 
 
 def test_both_drivers_answer_and_store_the_same_for_random_writes() -> None:
     ACCEPTED.clear()
-    # Random sequences reach a restore only after an accepted delete of the same artifact, and
-    # a channel's deletion only after its creation, so a run may end without one: explore
-    # again (a bounded number of times: one run takes about 6 s) until every path the
-    # assertion below names was taken.
-    for _ in range(8):
-        run_state_machine_as_test(
-            DriverParity, settings=settings(max_examples=25, stateful_step_count=30, deadline=None)
-        )
-        if all(ACCEPTED[path] for path in PATHS):
-            break
-    # The sequences reached every op's accepted path, moves (with their markers) included.
-    assert all(ACCEPTED[path] for path in PATHS), ACCEPTED
+    run_state_machine_as_test(
+        DriverParity, settings=settings(max_examples=25, stateful_step_count=30, deadline=None)
+    )
+    # The sequences were not refused throughout: artifact, membership and channel writes were
+    # accepted. Which rarer paths a run reaches is up to chance (and under CI's derandomized
+    # profile fixed by the machine's code), so the test below takes each of them on purpose.
+    families = (("create", "update"), ("member put", "member remove"),
+                ("channel create", "channel edit", "channel delete"))
+    assert all(any(ACCEPTED[path] for path in family) for family in families), ACCEPTED
+
+
+def test_both_drivers_answer_and_store_the_same_on_every_accepted_path() -> None:
+    """The machine's steps, scripted: each accepted path once (the rare ones, a restore and a
+    channel's edit and deletion, included), both twins compared after every step."""
+    ACCEPTED.clear()
+    machine = DriverParity()
+    spare = machine.spare_channels[0]
+
+    def artifact(op: str) -> None:
+        machine.write(op=op, artifact=0, elsewhere=False, prev="head", kind_type="buzz.task",
+                      outsider=False)
+
+    steps = [
+        lambda: artifact("create"), lambda: artifact("update"), lambda: artifact("move"),
+        lambda: artifact("delete"), lambda: machine.restore(artifact=0),
+        lambda: machine.change_channel(9007, spare, name="plans"),
+        lambda: machine.change_channel(9002, spare, name="notes", visibility="private"),
+        lambda: machine.change_channel(9008, spare),
+        lambda: machine.change_membership(True, "outsider", 0, "member"),
+        lambda: machine.change_membership(False, "outsider", 0, ""),
+        lambda: machine.redact(machine.channels[0], machine.seen[0]["id"]),
+    ]
+    try:
+        for step in steps:
+            step()
+            machine.both_twins_hold_the_same()
+    finally:
+        machine.teardown()
+    assert dict.fromkeys(PATHS, 1) == ACCEPTED
 
 
 def _create(author: Key, h: str, d: str | None = None) -> dict[str, Any]:
