@@ -11,10 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from django.db import connection
-
 from artifacts.models import Channel, ChannelMember
-from artifacts.selectors.budget import execute_prepared
 from artifacts.selectors.readability import channel_is_readable, type_is_allowed
 
 _ACCESS_SQL = """
@@ -67,12 +64,6 @@ class ChannelAccess:
 
     def allows_type(self, artifact_type: str) -> bool:
         return type_is_allowed(artifact_type, self.artifact_types)
-
-
-def channel_access(*, community_id: int, channel_id: UUID, pubkey: str) -> ChannelAccess:
-    with connection.cursor() as cursor:
-        rows = execute_prepared(cursor, *access_statement(community_id, channel_id, pubkey))
-    return access_from_rows(community_id, channel_id, rows)
 
 
 def access_statement(

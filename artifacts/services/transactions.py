@@ -153,13 +153,6 @@ _BUMP_STAMPED_SQL = (
 )
 
 
-def store_event(ctx: WriteContext, *, event: Event, channel_id: UUID | None) -> bool:
-    """Store a verified event, its text as received; False when the community already has it."""
-    with connection.cursor() as cursor:
-        rows = execute_prepared(cursor, *store_statement(ctx, event=event, channel_id=channel_id))
-    return note_stored(ctx, rows, event=event, channel_id=channel_id)
-
-
 def store_statement(ctx: WriteContext, *, event: Event, channel_id: UUID | None) -> Statement:
     """The INSERT that stores `event`; it returns a row only when the event is new.
 

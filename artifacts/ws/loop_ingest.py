@@ -1,6 +1,6 @@
 """An ingest from the server's event loop, as both entry points run it (`POST /event`, WebSocket
-EVENT): the checks and the write on the loop, the write on the loop's asyncio pool
-(`async_ingest`): no database thread on the write path."""
+EVENT): the checks on the loop, the write on the loop's asyncio pool (`async_ingest`): no
+database thread on the write path."""
 
 from __future__ import annotations
 
