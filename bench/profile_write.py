@@ -82,12 +82,15 @@ async def writes(app: Any, requests: list[tuple[bytes, str]]) -> None:
 def relay_run(loop: asyncio.AbstractEventLoop, app: Any, requests: list[tuple[bytes, str]]
               ) -> dict[str, float]:
     """CPU ms per write by thread group for one run of `requests`."""
+    from artifacts.ws.publish import finish_publishing
+
     before = cpu_by_thread()
     loop.run_until_complete(writes(app, requests))
-    # The publishers finish what the last writes handed them: the loop's own publisher only
-    # while the loop runs (a stopped loop left its last INCR pending past its timeout, which
-    # then opened the Redis breaker and sent the next run's replay claims to PostgreSQL).
-    loop.run_until_complete(asyncio.sleep(0.3))
+    # The loop's publisher sends what the last writes handed it while the loop runs, so it
+    # must finish before the loop stops for the floor: an INCR left pending past its timeout
+    # opens the Redis breaker, and the next run's replay claims go to PostgreSQL. (A fixed
+    # sleep was not always long enough on a busy machine.)
+    loop.run_until_complete(finish_publishing(timeout=30.0))
     after = cpu_by_thread()
     n = len(requests)
     return {group: (after[group] - before.get(group, 0.0)) / n * 1000 for group in after}
