@@ -77,9 +77,21 @@ async def run_db[**P, R](fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwarg
 
 
 def stop_threads() -> None:
-    """Stop the threads (their connections close with them); the next call starts new ones."""
+    """Close the threads' connections and stop the threads; the next call starts new ones."""
     global _executor
     executor, _executor = _executor, None
-    if executor is not None:
-        executor.submit(connections.close_all).result()
-        executor.shutdown(wait=True)
+    if executor is None:
+        return
+    # Django's connections are per thread, so each thread closes its own (back to the pool,
+    # which then closes them). A thread's connection does not close when the thread ends: a
+    # pooled one stays checked out, and dropping the database behind it is refused. The
+    # barrier keeps every task on a thread of its own, so the close runs on each of them.
+    everyone = threading.Barrier(WS_DB_THREADS)
+
+    def close_own() -> None:
+        connections.close_all()
+        everyone.wait(timeout=30)
+
+    for closing in [executor.submit(close_own) for _ in range(WS_DB_THREADS)]:
+        closing.result()
+    executor.shutdown(wait=True)
