@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -62,3 +63,24 @@ def _no_unrecorded_episode() -> None:
     from relayinfo.readiness.verdict import take_unrecorded_episode
 
     take_unrecorded_episode()
+
+
+@pytest.fixture(autouse=True)
+def _sessions_keep_the_relays_name() -> object:
+    """A test that runs `buzz-admin` in-process (buzzrelay.cli.main) renames every session of
+    this process `buzz-admin/...`, as the command does for itself. Left so, the next pool built
+    would announce no relay key and readiness item 4 would no longer see this process as a
+    writer; the relay's name is put back, and a pool built meanwhile closed."""
+    from django.db import connections
+
+    from buzzrelay.admin_commands._pg import close_with_pool
+
+    def options(alias: str) -> dict[str, Any]:
+        return connections[alias].settings_dict.setdefault("OPTIONS", {})
+
+    before = {alias: options(alias).get("application_name") for alias in connections}
+    yield
+    for alias, name in before.items():
+        if options(alias).get("application_name") != name:
+            options(alias)["application_name"] = name
+            close_with_pool(connections[alias])

@@ -63,19 +63,19 @@ def django_connection_named(purpose: str) -> Iterator[None]:
 
     options = connection.settings_dict.setdefault("OPTIONS", {})
     previous = options.get("application_name")
-    _close_with_pool(connection)
+    close_with_pool(connection)
     options["application_name"] = application_name(purpose)
     try:
         yield
     finally:
-        _close_with_pool(connection)
+        close_with_pool(connection)
         if previous is None:
             options.pop("application_name", None)
         else:
             options["application_name"] = previous
 
 
-def _close_with_pool(connection: Any) -> None:
+def close_with_pool(connection: Any) -> None:
     from django.db import connections
 
     wrapper: Any = connections[connection.alias]  # `django.db.connection` is a proxy
@@ -144,13 +144,13 @@ def direct_database() -> Iterator[None]:
     entry = connection.settings_dict
     saved = {key: entry.get(key) for key in _WHERE}
     saved_options = dict(entry.get("OPTIONS") or {})
-    _close_with_pool(connection)
+    close_with_pool(connection)
     entry.update({key: direct[key] for key in _WHERE})
     entry["OPTIONS"] = {**saved_options, **cast(dict[str, Any], direct["OPTIONS"])}
     try:
         yield
     finally:
-        _close_with_pool(connection)
+        close_with_pool(connection)
         entry.update(saved)
         entry["OPTIONS"] = saved_options
 
