@@ -75,15 +75,18 @@ def relay_env(svc: Services, **extra: str) -> dict[str, str]:
 def setup_database(svc: Services, *, host: str = BENCH_HOST) -> None:
     """Migrate (building indexes) and make sure the benchmark community exists."""
     env = relay_env(svc)
-    subprocess.run(
-        [str(VENV_BIN / "buzz-admin"), "migrate", "--build-indexes"],
-        env=env, check=True, stdout=subprocess.DEVNULL,
-    )
-    subprocess.run(
-        [str(VENV_BIN / "buzz-admin"), "community", "--host", host, "--name", "Bench",
-         "--artifacts", "on"],
-        env=env, check=True, stdout=subprocess.DEVNULL,
-    )
+    _buzz_admin(env, "migrate", "--build-indexes")
+    _buzz_admin(env, "community", "--host", host, "--name", "Bench", "--artifacts", "on")
+
+
+def _buzz_admin(env: dict[str, str], *argv: str) -> None:
+    """Run a buzz-admin command; on failure stop the benchmark with its one-line message (it
+    went to stderr above), not a traceback of this harness."""
+    done = subprocess.run([str(VENV_BIN / "buzz-admin"), *argv], env=env,
+                          stdout=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise SystemExit(f"bench: `buzz-admin {argv[0]}` failed (exit {done.returncode}); "
+                         f"its message is above")
 
 
 def free_port() -> int:
