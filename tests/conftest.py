@@ -82,5 +82,8 @@ def _sessions_keep_the_relays_name() -> object:
     yield
     for alias, name in before.items():
         if options(alias).get("application_name") != name:
-            options(alias)["application_name"] = name
+            if name is None:
+                options(alias).pop("application_name")
+            else:
+                options(alias)["application_name"] = name
             close_with_pool(connections[alias])
