@@ -19,7 +19,10 @@
    statements for an accepted create in its own pipelines (two round trips), recorded from one
    real write of the server loop's driver and replayed with each write's values, and a bare
    verify, as many writes over as many connections and processes; "relay / floor" is what
-   everything else costs.
+   everything else costs. Then "create served floor" (bench/served_floor.py): that same floor
+   write behind uvicorn (the relay's options and workers), its values read from each request's
+   body, driven by this bench's client like the relay: "relay / served floor" is what the
+   relay's own code costs, the rest of the gap what serving HTTP and the client cost.
 
     .venv/bin/python bench/ingest.py                   # 2,000 writes per phase, 1 and 2 workers
     .venv/bin/python bench/ingest.py --n 20000 --workers 1 2 4 --concurrency 32
@@ -291,16 +294,61 @@ async def _drive(url: str, requests: list[tuple[bytes, str]], concurrency: int) 
 def floor_row(
     template: Any, *, community_id: int, n: int, workers: int, concurrency: int, h: str,
     settings: str, relay_rate: float,
-) -> list[object]:
+) -> tuple[list[object], float]:
     """The create phase's floor (bench/ingest_floor.py), run right after it, as many writes
-    over as many connections and processes."""
+    over as many connections and processes; its row and writes/s."""
     from bench.ingest_floor import make_write, run_floor
 
     writes = [make_write(secret=WRITER_SECRET, community_id=community_id, h=h,
                          artifact_tags=artifact_tags) for _ in range(n)]
     rate, p50, p99 = run_floor(template, writes, connections=concurrency, processes=workers)
     return [settings, workers, "create floor", n, n, f"{rate:.0f}", f"{p50:.1f}", f"{p99:.1f}",
-            f"relay / floor {relay_rate / rate:.3f}"]
+            f"relay / floor {relay_rate / rate:.3f}"], rate
+
+
+def served_floor_rows(
+    svc: Any, relay: Any, template: Any, *, community_id: int, n: int, workers: int,
+    concurrency: int, h: str, settings: str, relay_rate: float, floor_rate: float,
+    wrk_seconds: int,
+) -> list[list[object]]:
+    """The create floor behind uvicorn (bench/served_floor.py), driven by this bench's own
+    client as the relay was; then creates through wrk (bench/load.py's driver, C, cheap) into
+    the relay and into the served floor, `wrk_seconds` each. What serving HTTP costs any relay
+    here, and what this bench's Python client costs, apart from what the relay's code costs."""
+    from bench import served_floor
+    from bench.load import writes
+
+    server = served_floor.start_writes(svc, template, community_id=community_id,
+                                       connections=concurrency, workers=workers)
+    try:
+        url = f"{server.url}/event"
+        warm = [(str(uuid.uuid4()), "") for _ in range(concurrency * workers * 2)]
+        asyncio.run(_drive(url, _sign_phase("create", url, h, warm), concurrency))
+        created = [(str(uuid.uuid4()), "") for _ in range(n)]
+        elapsed, latencies, answers = asyncio.run(
+            _drive(url, _sign_phase("create", url, h, created), concurrency))
+        row = _row(settings, workers, "create served floor", elapsed, latencies, answers)
+        rate = sum(1 for a in answers if a[0] == "OK" and a[2] is True) / elapsed
+        if row[-1] == "-":
+            row[-1] = f"relay / served floor {relay_rate / rate:.3f}"
+        rows = [row]
+        by_wrk = {}
+        for name, target in (("create (wrk)", relay), ("create served floor (wrk)", server)):
+            result, _, accepted, refused = writes(
+                target, seconds=wrk_seconds, connections=concurrency,
+                expected_rps=int(rate * 3), channel=h)
+            by_wrk[name] = result.requests_per_second * accepted / max(result.requests, 1)
+            rows.append([settings, workers, name, result.requests, accepted,
+                         f"{by_wrk[name]:.0f}", f"{result.p50_ms:.1f}", f"{result.p99_ms:.1f}",
+                         f"{refused} refused" if refused else "-"])
+        relay_by_wrk, served_by_wrk = by_wrk["create (wrk)"], by_wrk["create served floor (wrk)"]
+        refusals = "" if rows[-2][-1] == "-" else f"; {rows[-2][-1]}"
+        rows[-2][-1] = f"relay (wrk) / floor {relay_by_wrk / floor_rate:.3f}{refusals}"
+        rows[-1][-1] = (f"relay (wrk) / served floor (wrk) {relay_by_wrk / served_by_wrk:.3f};"
+                        f" served floor (wrk) / floor {served_by_wrk / floor_rate:.3f}")
+    finally:
+        server.stop()
+    return rows
 
 
 def _lost_cas(answer: Any) -> bool:
@@ -310,6 +358,7 @@ def _lost_cas(answer: Any) -> bool:
 def throughput(
     svc: Any, *, n: int, workers: int, concurrency: int, h: str, settings: str,
     template: Any = None, community_id: int = 0, moved_to: str = "", owned: str = "",
+    wrk_seconds: int = 8,
 ) -> list[list[object]]:
     """Phases, each `n` writes with `concurrency` in flight: create (then its floor), update
     (each artifact once), move (each to `moved_to`: a revision and a removal marker), update of
@@ -341,9 +390,14 @@ def throughput(
         created = [(str(uuid.uuid4()), "") for _ in range(n)]
         create_rate = phase("create", _sign_phase("create", url, h, created))
         if template is not None:
-            rows.append(floor_row(
+            row, floor_rate = floor_row(
                 template, community_id=community_id, n=n, workers=workers,
-                concurrency=concurrency, h=h, settings=settings, relay_rate=create_rate))
+                concurrency=concurrency, h=h, settings=settings, relay_rate=create_rate)
+            rows.append(row)
+            rows += served_floor_rows(
+                svc, server, template, community_id=community_id, n=n, workers=workers,
+                concurrency=concurrency, h=h, settings=settings, relay_rate=create_rate,
+                floor_rate=floor_rate, wrk_seconds=wrk_seconds)
         phase("update", _sign_phase("update", url, h, [(d, heads[d]) for d, _ in created]))
         if moved_to:
             phase("move", _sign_phase("move", url, moved_to,
@@ -369,6 +423,8 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--verify-n", type=int, default=2000)
     parser.add_argument("--skip-server", action="store_true", help="verification costs only")
+    parser.add_argument("--wrk-seconds", type=int, default=8,
+                        help="seconds of each wrk-driven create run (relay, served floor)")
     parser.add_argument("--settings", nargs="+", choices=sorted(SETTINGS),
                         default=["shipped", "pooled"])
     args = parser.parse_args()
@@ -410,7 +466,8 @@ def main() -> int:
                 rows += throughput(svc, n=args.n, workers=workers,
                                    concurrency=args.concurrency, h=str(h), settings=settings,
                                    template=template, community_id=community.pk,
-                                   moved_to=str(moved_to), owned=str(owned))
+                                   moved_to=str(moved_to), owned=str(owned),
+                                   wrk_seconds=args.wrk_seconds)
     print()
     print(f"POST /event, {args.concurrency} requests in flight (uvicorn, NIP-98 + Schnorr each)")
     print_table(["settings", "workers", "phase", "sent", "accepted", "writes/s", "p50 ms", "p99 ms",

@@ -61,17 +61,23 @@ class Template:
 def make_write(*, secret: str, community_id: int, h: str, artifact_tags: Any) -> Write:
     import orjson
 
-    from artifacts.services.artifact_revisions import artifact_lock_key
     from nostr.events import sign_event
 
     d = uuid.uuid4()
     event = sign_event(secret, kind=45010, content='{"version":1}', tags=artifact_tags(
         op="create", d=str(d), h=h, title=f"floor {d.hex[:8]}"))
+    return write_of(event, orjson.dumps(event).decode(), community_id=community_id)
+
+
+def write_of(event: dict[str, Any], raw: str, *, community_id: int) -> Write:
+    """The floor's values of a signed artifact create (`event`, whose JSON text is `raw`)."""
+    from artifacts.services.artifact_revisions import artifact_lock_key
+
+    d = uuid.UUID(next(tag[1] for tag in event["tags"] if tag[0] == "d"))
     return Write(
-        event_id=event["id"], created_at=event["created_at"], artifact_id=d,
-        raw=orjson.dumps(event).decode(), pubkey=bytes.fromhex(event["pubkey"]),
-        digest=bytes.fromhex(event["id"]), signature=bytes.fromhex(event["sig"]),
-        lock_key=artifact_lock_key(community_id, d),
+        event_id=event["id"], created_at=event["created_at"], artifact_id=d, raw=raw,
+        pubkey=bytes.fromhex(event["pubkey"]), digest=bytes.fromhex(event["id"]),
+        signature=bytes.fromhex(event["sig"]), lock_key=artifact_lock_key(community_id, d),
     )
 
 

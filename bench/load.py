@@ -18,7 +18,11 @@ with its own event id, pre-signed so the load generator stays cheap), driven by 
 their **floor** run in the same invocation (after each run of the relay: `bench/round_floor.py`,
 the relay's own statements for that round recorded from its driver and replayed over as many
 connections by as many processes as the relay has workers, with a bare BIP-340 verify and a
-Redis SET NX per round), so "relay / floor" is what the HTTP edge and the relay's Python cost.
+Redis SET NX per round), so "relay / floor" is what the HTTP edge and the relay's Python cost;
+and against the **served floor** (`bench/served_floor.py`: that same round behind uvicorn with
+the relay's options and workers, answering the relay's bytes, driven by the same wrk script),
+which splits it: "served / floor" is what serving HTTP costs any relay here, "relay / served"
+what the relay's own code costs above it.
 
     bin/bootstrap bench && .venv/bin/python bench/load.py                # N = 10k, 100k
     .venv/bin/python bench/load.py --n 1000000 --clients 4 --minutes 2
@@ -66,6 +70,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import served_floor  # noqa: E402
 from bench._harness import (  # noqa: E402
     OUT,
     Server,
@@ -313,7 +318,14 @@ def throughput(server: Server, *, seconds: int, connections: int, expected_rps: 
     reader = Reader(server.url, READER_SECRET)
     reader.round(full=True)
     body = orjson.dumps([{"artifact": "current", "progress": reader.token, "limit": 100}])
-    url = f"{server.url}/query"
+    return wrk_rounds(f"{server.url}/query", body, seconds=seconds, connections=connections,
+                      expected_rps=expected_rps)
+
+
+def wrk_rounds(url: str, body: bytes, *, seconds: int, connections: int,
+               expected_rps: int) -> Any:
+    """wrk posting `body` to `url`, each request with a NIP-98 header of its own (pre-signed:
+    the load generator stays cheap); (wrk's result, headers signed, seconds signing)."""
     count = expected_rps * (seconds + 2)
     with tempfile.TemporaryDirectory() as tmp:
         headers_path, body_path, script = (Path(tmp) / n for n in ("h", "b", "s.lua"))
@@ -392,9 +404,10 @@ def _sized(rates: list[float]) -> int:
     return int(max(rates) * 1.5) + 200
 
 
-def check_quiet_continuation(server: Server) -> None:
+def check_quiet_continuation(server: Server) -> tuple[bytes, bytes]:
     """The A/B's rounds must be continuations with nothing pending on both sides (a side that
-    is not ready for incremental reads would answer full rounds instead)."""
+    is not ready for incremental reads would answer full rounds instead). Returns the round's
+    request body and the relay's answer."""
     reader = Reader(server.url, READER_SECRET)
     reader.round(full=True)
     body = orjson.dumps([{"artifact": "current", "progress": reader.token, "limit": 100}])
@@ -407,6 +420,7 @@ def check_quiet_continuation(server: Server) -> None:
             or page["removed"]:
         raise RuntimeError(f"{server.url}: a continuation round is not quiet: "
                            f"{response.status_code} {response.text[:300]}")
+    return body, response.content
 
 
 def check_nip11(server: Server) -> None:
@@ -417,13 +431,13 @@ def check_nip11(server: Server) -> None:
         raise RuntimeError(f"{server.url}/info: {response.status_code} {response.text[:300]}")
 
 
-def sign_writes(url: str, count: int) -> list[tuple[bytes, str]]:
-    """`count` artifact creates in WRITE_CHANNEL, each with its NIP-98 header for `url`."""
+def sign_writes(url: str, count: int, channel: str = WRITE_CHANNEL) -> list[tuple[bytes, str]]:
+    """`count` artifact creates in `channel`, each with its NIP-98 header for `url`."""
     requests = []
     for _ in range(count):
         d = str(uuid.uuid4())
         event = sign_event(WRITER_SECRET, kind=45010, content='{"version":1}', tags=artifact_tags(
-            op="create", d=d, h=WRITE_CHANNEL, title=f"A/B write {d[:8]}"))
+            op="create", d=d, h=channel, title=f"A/B write {d[:8]}"))
         body = orjson.dumps(event)
         requests.append(
             (body, make_nip98_header(WRITER_SECRET, url=url, method="POST", body=body)))
@@ -461,12 +475,12 @@ def heads_in_write_channel(svc: Services, community_id: int) -> int:
             time.sleep(0.2)
 
 
-def writes(server: Server, *, seconds: int, connections: int, expected_rps: int) -> tuple[
-    WrkResult, int, int, int
-]:
-    """Pre-signed artifact creates through wrk; (result, signed, accepted, refused)."""
+def writes(server: Server, *, seconds: int, connections: int, expected_rps: int,
+           channel: str = WRITE_CHANNEL) -> tuple[WrkResult, int, int, int]:
+    """Pre-signed artifact creates in `channel` through wrk; (result, signed, accepted,
+    refused)."""
     url = f"{server.url}/event"
-    requests = sign_writes(url, expected_rps * (seconds + 2))
+    requests = sign_writes(url, expected_rps * (seconds + 2), channel)
     with tempfile.TemporaryDirectory() as tmp:
         headers_path, bodies_path, script = (Path(tmp) / n for n in ("h", "b", "s.lua"))
         headers_path.write_text("".join(f"{header}\n" for _, header in requests))
@@ -497,12 +511,39 @@ def floor_run(svc: Services, *, seconds: int, connections: int, processes: int) 
     return Run(figures["rate"], figures["p50_ms"], figures["p99_ms"], 0)
 
 
-def floor_row(figure: str, runs: dict[str, list[Run]], floor: list[Run]) -> list[object]:
-    rate = _median(floor, "rate")
+def _write_run(result: WrkResult, signed: int, accepted: int, refused: int) -> Run:
+    """A `writes` run as a Run: accepted writes per second."""
+    return Run(result.requests_per_second * accepted / max(result.requests, 1), result.p50_ms,
+               result.p99_ms, refused + result.errors, _signed_enough(result, signed))
+
+
+def start_served_floor(svc: Services, quiet: tuple[bytes, bytes], *, connections: int,
+                       workers: int) -> Server:
+    """The round floor behind uvicorn (bench/served_floor.py), answering the relay's quiet
+    answer `quiet[1]`, for `served_floor_run`."""
+    return served_floor.start_rounds(svc, connections=connections, workers=workers, answer=quiet[1],
+                              reader_secret=READER_SECRET, host=HOST)
+
+
+def served_floor_run(served: Server, quiet: tuple[bytes, bytes], *, seconds: int,
+                     connections: int, rates: list[float]) -> Run:
+    """One wrk run of the relay's rounds (the same script, body and signed headers) against
+    the served floor."""
+    result, _, _ = wrk_rounds(f"{served.url}/query", quiet[0], seconds=seconds,
+                              connections=connections, expected_rps=_sized(rates))
+    return Run(result.requests_per_second, result.p50_ms, result.p99_ms,
+               result.non_2xx + result.errors)
+
+
+def floor_row(figure: str, runs: dict[str, list[Run]], floor: list[Run],
+              served: list[Run]) -> list[object]:
+    rate, on_http = _median(floor, "rate"), _median(served, "rate")
+    candidate = _median(runs["candidate"], "rate")
     return [
         figure, f"{rate:.0f}", f"{_median(runs['baseline'], 'rate') / rate:.3f}",
-        f"{_median(runs['candidate'], 'rate') / rate:.3f}",
+        f"{candidate / rate:.3f}",
         f"{_median(floor, 'p50_ms'):.1f} / {_median(floor, 'p99_ms'):.1f}",
+        f"{on_http:.0f}", f"{on_http / rate:.3f}", f"{candidate / on_http:.3f}",
     ]
 
 
@@ -569,29 +610,42 @@ def _ab_figures(
     #    requests each run pre-signs.
     rates = []
     for side in sides:
-        check_quiet_continuation(side.server)
+        quiet = check_quiet_continuation(side.server)  # the candidate's answer, last
         result, _, _ = throughput(side.server, seconds=WARM_UP_SECONDS, connections=first,
                                   expected_rps=3000)
         rates.append(result.requests_per_second)
-    for conns in connections:
-        runs: dict[str, list[Run]] = {side.name: [] for side in sides}
-        floor: list[Run] = []
-        for _ in range(rounds):
-            for side in sides:
-                result, signed, _ = throughput(side.server, seconds=seconds, connections=conns,
-                                               expected_rps=_sized(rates))
-                rates.append(result.requests_per_second)
-                runs[side.name].append(Run(
-                    result.requests_per_second, result.p50_ms, result.p99_ms,
-                    result.non_2xx + result.errors, _signed_enough(result, signed)))
-            floor.append(floor_run(svc, seconds=seconds, connections=conns, processes=workers))
-        print_table(["floor run", "rounds/s", "p50 ms", "p99 ms"],
-                    [[i + 1, f"{run.rate:.0f}", f"{run.p50_ms:.1f}", f"{run.p99_ms:.1f}"]
-                     for i, run in enumerate(floor)])
-        print_runs(f"A/B: POST /query continuation rounds with nothing pending, {conns} "
-                   f"connections, {seconds} s per run", "rounds", sides, runs)
-        summary.append(summary_row(f"/query rounds, {conns} conns", runs))
-        floors.append(floor_row(f"/query rounds, {conns} conns", runs, floor))
+    served = start_served_floor(svc, quiet, connections=max(connections), workers=workers)
+    try:
+        for conns in connections:
+            runs: dict[str, list[Run]] = {side.name: [] for side in sides}
+            floor: list[Run] = []
+            served_rounds: list[Run] = []
+            for _ in range(rounds):
+                for side in sides:
+                    result, signed, _ = throughput(side.server, seconds=seconds,
+                                                   connections=conns, expected_rps=_sized(rates))
+                    rates.append(result.requests_per_second)
+                    runs[side.name].append(Run(
+                        result.requests_per_second, result.p50_ms, result.p99_ms,
+                        result.non_2xx + result.errors, _signed_enough(result, signed)))
+                floor.append(floor_run(svc, seconds=seconds, connections=conns,
+                                       processes=workers))
+                served_rounds.append(served_floor_run(served, quiet, seconds=seconds,
+                                                     connections=conns, rates=rates))
+            print_table(["floor run", "rounds/s", "p50 ms", "p99 ms", "served floor /s",
+                         "p50 ms", "p99 ms"],
+                        [[i + 1, f"{run.rate:.0f}", f"{run.p50_ms:.1f}", f"{run.p99_ms:.1f}",
+                          f"{on_http.rate:.0f}", f"{on_http.p50_ms:.1f}",
+                          f"{on_http.p99_ms:.1f}"]
+                         for i, (run, on_http) in enumerate(zip(floor, served_rounds,
+                                                                strict=True))])
+            print_runs(f"A/B: POST /query continuation rounds with nothing pending, {conns} "
+                       f"connections, {seconds} s per run", "rounds", sides, runs)
+            summary.append(summary_row(f"/query rounds, {conns} conns", runs))
+            floors.append(floor_row(f"/query rounds, {conns} conns", runs, floor,
+                                    served_rounds))
+    finally:
+        served.stop()
 
     # 2. The NIP-11 document.
     runs = {side.name: [] for side in sides}
@@ -615,26 +669,40 @@ def _ab_figures(
                             expected_rps=1000)
         rates.append(result.requests_per_second)
     runs = {side.name: [] for side in sides}
-    for _ in range(rounds):
-        for side in sides:
-            before = heads_in_write_channel(svc, community_id)
-            result, signed, accepted, refused = writes(
-                side.server, seconds=seconds, connections=first,
-                expected_rps=_sized(rates))
-            stored = heads_in_write_channel(svc, community_id) - before
-            rates.append(result.requests_per_second)
-            notes = [_signed_enough(result, signed)]
-            # wrk stops with up to one request per connection in flight: the relay may store
-            # those writes without wrk counting their answers.
-            if not accepted <= stored <= accepted + first:
-                notes.append(f"{accepted} accepted but {stored} heads stored")
-            runs[side.name].append(Run(
-                result.requests_per_second * accepted / max(result.requests, 1),
-                result.p50_ms, result.p99_ms, refused + result.errors,
-                "; ".join(n for n in notes if n)))
+    served_writes: list[Run] = []
+    served = served_floor.start_writes_recorded(svc, host=HOST, channel=WRITE_CHANNEL,
+                                                connections=first, workers=workers)
+    try:
+        for _ in range(rounds):
+            served_writes.append(_write_run(*writes(served, seconds=seconds, connections=first,
+                                                    expected_rps=_sized(rates))))
+            for side in sides:
+                before = heads_in_write_channel(svc, community_id)
+                result, signed, accepted, refused = writes(
+                    side.server, seconds=seconds, connections=first,
+                    expected_rps=_sized(rates))
+                stored = heads_in_write_channel(svc, community_id) - before
+                rates.append(result.requests_per_second)
+                notes = [_signed_enough(result, signed)]
+                # wrk stops with up to one request per connection in flight: the relay may store
+                # those writes without wrk counting their answers.
+                if not accepted <= stored <= accepted + first:
+                    notes.append(f"{accepted} accepted but {stored} heads stored")
+                runs[side.name].append(Run(
+                    result.requests_per_second * accepted / max(result.requests, 1),
+                    result.p50_ms, result.p99_ms, refused + result.errors,
+                    "; ".join(n for n in notes if n)))
+    finally:
+        served.stop()
+    print_table(["served write floor run", "writes/s", "p50 ms", "p99 ms", "failed"],
+                [[i + 1, f"{run.rate:.0f}", f"{run.p50_ms:.1f}", f"{run.p99_ms:.1f}",
+                  run.failed] for i, run in enumerate(served_writes)])
     print_runs(f"A/B: POST /event artifact creates (accepted writes/s), {first} connections, "
                f"{seconds} s per run", "writes", sides, runs)
     summary.append(summary_row(f"POST /event writes, {first} conns", runs))
+    on_http = _median(served_writes, "rate")
+    floors.append([f"POST /event writes, {first} conns", "-", "-", "-", "-", f"{on_http:.0f}",
+                   "-", f"{_median(runs['candidate'], 'rate') / on_http:.3f}"])
 
     print(f"\nA/B medians over {rounds} runs per side, alternating (baseline {sides[0].label}; "
           f"candidate {sides[1].label})")
@@ -643,7 +711,12 @@ def _ab_figures(
     print("\nAgainst the floor (bench/round_floor.py: the same statements, a bare verify and a"
           " Redis SET NX per round, no HTTP edge), medians of the runs interleaved above")
     print_table(["figure", "floor /s", "baseline / floor", "candidate / floor",
-                 "floor p50 / p99 ms"], floors)
+                 "floor p50 / p99 ms", "served floor /s", "served / floor",
+                 "candidate / served"], floors)
+    print("(served floor: the floor's round, or an artifact create's floor write, behind uvicorn"
+          " with the relay's options and workers, driven by the same wrk script:"
+          " bench/served_floor.py; the write floor has no driver-free run here, see"
+          " bench/ingest.py)")
 
 
 def plot(results: list[PhaseResult]) -> Path:
@@ -774,26 +847,38 @@ def throughput_phase(svc: Services, args: argparse.Namespace) -> None:
     server = serve(svc, workers=args.workers, overlap=120)
     rows: list[tuple[int, Any]] = []
     floors: list[Run] = []
+    served_floors: list[Run] = []
     try:
-        for connections in args.connections:
-            result, signed, signing = throughput(
-                server, seconds=args.throughput_seconds, connections=connections,
-                expected_rps=3000,
-            )
-            rows.append((connections, result))
-            floors.append(floor_run(svc, seconds=args.throughput_seconds,
-                                    connections=connections, processes=args.workers))
+        quiet = check_quiet_continuation(server)
+        served = start_served_floor(svc, quiet, connections=max(args.connections),
+                                    workers=args.workers)
+        try:
+            for connections in args.connections:
+                result, signed, signing = throughput(
+                    server, seconds=args.throughput_seconds, connections=connections,
+                    expected_rps=3000,
+                )
+                rows.append((connections, result))
+                floors.append(floor_run(svc, seconds=args.throughput_seconds,
+                                        connections=connections, processes=args.workers))
+                served_floors.append(served_floor_run(
+                    served, quiet, seconds=args.throughput_seconds, connections=connections,
+                    rates=[result.requests_per_second]))
+        finally:
+            served.stop()
     finally:
         server.stop()
     print(f"\nthroughput: continuation rounds with nothing pending, NIP-98 on each "
           f"request (each run pre-signs {signed} requests, {signing:.1f} s), "
-          f"{args.workers} workers of buzz-admin serve")
+          f"{args.workers} workers of buzz-admin serve; the served floor is the floor's round"
+          f" behind uvicorn (bench/served_floor.py)")
     print_table(["connections", "rounds/s", "p50 ms", "p99 ms", "failed", "floor /s",
-                 "relay / floor"],
+                 "relay / floor", "served floor /s", "served / floor", "relay / served"],
                 [[c, f"{r.requests_per_second:.0f}", f"{r.p50_ms:.1f}",
                   f"{r.p99_ms:.1f}", r.non_2xx + r.errors, f"{f.rate:.0f}",
-                  f"{r.requests_per_second / f.rate:.3f}"]
-                 for (c, r), f in zip(rows, floors, strict=True)])
+                  f"{r.requests_per_second / f.rate:.3f}", f"{h.rate:.0f}",
+                  f"{h.rate / f.rate:.3f}", f"{r.requests_per_second / h.rate:.3f}"]
+                 for (c, r), f, h in zip(rows, floors, served_floors, strict=True)])
     if len(rows) > 1:
         print(f"plot: {plot_throughput(rows)}")
 

@@ -23,11 +23,12 @@ import asyncio
 import json
 import multiprocessing
 import os
+import pickle
 import statistics
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,35 @@ class FloorJob:
     connections: int
     seconds: float
 
+    def dumps(self) -> bytes:
+        """Pickled as plain values: the classes of a process run as a script are `__main__`'s,
+        which another process cannot import."""
+        fields = {**self.__dict__, "statements": [
+            (s.query, s.params, s.prepare) for s in self.statements]}
+        return pickle.dumps(fields)
+
+    @classmethod
+    def loads(cls, data: bytes) -> FloorJob:
+        fields = pickle.loads(data)
+        fields["statements"] = [Recorded(*statement) for statement in fields["statements"]]
+        return cls(**fields)
+
+
+async def floor_round(job: FloorJob, key: Any, conn: Any, client: Any) -> None:
+    """One round of the floor on `conn` (an autocommit asyncio psycopg connection) and `client`
+    (asyncio Redis): the verify with `key` (coincurve's `PublicKeyXOnly` of `job.pubkey`), the
+    claim, the recorded statements with every result read."""
+    assert key.verify(job.signature, job.message)
+    assert await client.set(f"floor:{uuid.uuid4().hex}", b"1", nx=True, ex=60)
+    cursor = conn.cursor()
+    for statement in job.statements:
+        await cursor.execute(statement.query, statement.params, prepare=statement.prepare)
+        while True:  # every result of a multi-statement batch, as the driver reads
+            if cursor.description is not None:
+                await cursor.fetchall()
+            if not cursor.nextset():
+                break
+
 
 def _floor_process(job: FloorJob, out: Any) -> None:
     """One process's share of the floor: `job.connections` concurrent loops for `seconds`."""
@@ -127,17 +157,7 @@ def _floor_process(job: FloorJob, out: Any) -> None:
 
     async def loop_on(conn: Any, client: Any, deadline: float, latencies: list[float]) -> None:
         while (started := time.perf_counter()) < deadline:
-            assert key.verify(job.signature, job.message)
-            assert await client.set(f"floor:{uuid.uuid4().hex}", b"1", nx=True, ex=60)
-            cursor = conn.cursor()
-            for statement in job.statements:
-                await cursor.execute(statement.query, statement.params,
-                                     prepare=statement.prepare)
-                while True:  # every result of a multi-statement batch, as the driver reads
-                    if cursor.description is not None:
-                        await cursor.fetchall()
-                    if not cursor.nextset():
-                        break
+            await floor_round(job, key, conn, client)
             latencies.append(time.perf_counter() - started)
 
     async def main() -> list[float]:
@@ -155,10 +175,10 @@ def _floor_process(job: FloorJob, out: Any) -> None:
     out.put(asyncio.run(main()))
 
 
-def run_floor(statements: list[Recorded], *, redis_url: str, seconds: float, connections: int,
-              processes: int) -> tuple[float, float, float]:
-    """(rounds/s, p50 ms, p99 ms) of the floor over `connections` connections shared by
-    `processes` processes."""
+def floor_job(statements: list[Recorded], *, redis_url: str, connections: int,
+              seconds: float) -> FloorJob:
+    """The floor's work for one process: its statements, a pre-signed NIP-98-sized signature
+    to verify, `connections` connections (and `seconds` of rounds, when it drives itself)."""
     from artifacts.db import psycopg_connect_kwargs
     from nostr.events import compute_event_id
     from nostr.schnorr import pubkey_from_secret, sign
@@ -167,14 +187,21 @@ def run_floor(statements: list[Recorded], *, redis_url: str, seconds: float, con
     pubkey = pubkey_from_secret(secret)
     digest = bytes.fromhex(compute_event_id(pubkey, int(time.time()), 27235, [], ""))
     signature = bytes.fromhex(sign(secret, digest))
+    return FloorJob(statements, psycopg_connect_kwargs(), redis_url, bytes.fromhex(pubkey),
+                    digest, signature, connections, seconds)
+
+
+def run_floor(statements: list[Recorded], *, redis_url: str, seconds: float, connections: int,
+              processes: int) -> tuple[float, float, float]:
+    """(rounds/s, p50 ms, p99 ms) of the floor over `connections` connections shared by
+    `processes` processes."""
+    job = floor_job(statements, redis_url=redis_url, connections=connections, seconds=seconds)
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     shares = [connections // processes + (i < connections % processes)
               for i in range(processes)]
     workers = [
-        context.Process(target=_floor_process, args=(FloorJob(
-            statements, psycopg_connect_kwargs(), redis_url, bytes.fromhex(pubkey), digest,
-            signature, share, seconds), queue))
+        context.Process(target=_floor_process, args=(replace(job, connections=share), queue))
         for share in shares if share
     ]
     for worker in workers:
@@ -195,8 +222,17 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--json", action="store_true", help="one JSON line, for bench/load.py")
+    parser.add_argument("--save-job", metavar="FILE",
+                        help="record, then write one process's job to FILE (pickle) for"
+                             " bench/served_floor.py, and run nothing")
     args = parser.parse_args()
     statements = record_round(args.reader_secret, args.host)
+    if args.save_job:
+        share = -(-args.connections // args.processes)
+        job = floor_job(statements, redis_url=os.environ["REDIS_URL"], connections=share,
+                        seconds=0)
+        Path(args.save_job).write_bytes(job.dumps())
+        return 0
     rate, p50, p99 = run_floor(statements, redis_url=os.environ["REDIS_URL"],
                                seconds=args.seconds, connections=args.connections,
                                processes=args.processes)

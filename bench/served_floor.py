@@ -1,0 +1,268 @@
+"""The floors served over HTTP: what a relay on uvicorn pays before any code of its own.
+
+`bench/round_floor.py` and `bench/ingest_floor.py` measure a quiet round's and an artifact
+create's work driven directly (a bare BIP-340 verify, the relay's own recorded statements, and
+for a round the Redis `SET NX` claim), with no HTTP at all: the floors of issue 20's targets.
+Every request the relay answers also crosses the loopback, uvicorn's HTTP parser and ASGI
+cycle, and the load generator, all on the same two cores. This puts exactly that in front of
+each floor and nothing else: a bare ASGI application (no Django, no DRF, no NIP-98 decoding, no
+token, no rendering) served by uvicorn with the relay's options
+(`buzzrelay.server.uvicorn_options`) and as many workers, each worker with an asyncio pool of
+its share of the connections:
+
+- `round_app`: `round_floor.floor_round` per `POST`, answered with the relay's quiet page byte
+  for byte; `bench/load.py` drives it with its rounds' wrk script beside the floor;
+- `write_app`: per `POST` of an artifact create, the floor's values read from the body
+  (`ingest_floor.write_of`) and `ingest_floor.floor_write`, answered `["OK", id, true, ""]`;
+  `bench/ingest.py` drives it with its own client and with wrk, `bench/load.py` with wrk.
+
+So, in one run: served floor / floor is what serving HTTP (and the load generator) costs any
+relay on this machine, relay / served floor what the relay's own code costs above that.
+
+    python -m bench.served_floor --save-write-job FILE --host H --channel C --connections N
+                                                # the job file of `write_app` (Django set up)
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench._harness import Server, free_port, relay_env, wait_until_serving  # noqa: E402
+
+JOB_VARIABLE = "BUZZ_SERVED_FLOOR_JOB"
+ANSWER_VARIABLE = "BUZZ_SERVED_FLOOR_ANSWER"
+
+Scope = dict[str, Any]
+# One request's work: its body, the worker's pool and Redis client; the answer's body.
+Handler = Callable[[bytes, Any, Any], Awaitable[bytes]]
+
+
+def round_app() -> Any:
+    """The round floor (`uvicorn --factory bench.served_floor:round_app`), one per worker:
+    `round_floor.floor_round` per `POST`, answered with the relay's quiet page."""
+    from coincurve import PublicKeyXOnly
+
+    from bench.round_floor import FloorJob, floor_round
+
+    job = FloorJob.loads(Path(os.environ[JOB_VARIABLE]).read_bytes())
+    answer = Path(os.environ[ANSWER_VARIABLE]).read_bytes()
+    key = PublicKeyXOnly(job.pubkey)
+
+    async def one_round(body: bytes, pool: Any, client: Any) -> bytes:
+        async with pool.connection() as conn:
+            await floor_round(job, key, conn, client)
+        return answer
+
+    return _served(one_round, connect=job.connect, connections=job.connections,
+                   redis_url=job.redis_url)
+
+
+def write_app() -> Any:
+    """The write floor (`uvicorn --factory bench.served_floor:write_app`), one per worker:
+    per `POST` of an artifact create, its values read from the body (`ingest_floor.write_of`)
+    and `ingest_floor.floor_write` (a bare verify, the relay's recorded pipelines with the
+    event's values), answered `["OK", id, true, ""]` as the relay answers an accepted write."""
+    import django
+
+    django.setup()  # the lock key is the relay's own function (artifact_revisions)
+    import orjson
+
+    from bench.ingest_floor import floor_write, substitute, write_of
+
+    job = pickle.loads(Path(os.environ[JOB_VARIABLE]).read_bytes())
+    template, community_id = job["template"], job["community_id"]
+
+    async def one_write(body: bytes, pool: Any, client: Any) -> bytes:
+        write = write_of(orjson.loads(body), body.decode(), community_id=community_id)
+        async with pool.connection() as conn:
+            await floor_write(conn, write, substitute(template, write))
+        return orjson.dumps(["OK", write.event_id, True, ""])
+
+    return _served(one_write, connect=job["connect"], connections=job["connections"],
+                   redis_url=None)
+
+
+def _served(handle: Handler, *, connect: dict[str, Any], connections: int,
+            redis_url: str | None) -> Any:
+    """A bare ASGI application: `handle` per `POST` on a connection of its asyncio pool
+    (`connections` of them, opened at startup), 200 with its bytes; any `GET` answers 200
+    with nothing (the harness's readiness probe)."""
+    held: dict[str, Any] = {"redis": None}
+
+    async def lifespan(receive: Any, send: Any) -> None:
+        import psycopg_pool
+        import redis.asyncio
+
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                pool = psycopg_pool.AsyncConnectionPool(
+                    kwargs={**connect, "autocommit": True}, min_size=connections,
+                    max_size=connections, open=False)
+                await pool.open(wait=True)
+                held["pool"] = pool
+                if redis_url:
+                    held["redis"] = redis.asyncio.Redis.from_url(redis_url)
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await held["pool"].close()
+                if held["redis"] is not None:
+                    await held["redis"].aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def application(scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        chunks = []
+        more = True
+        while more:  # the body, whole, as any relay reads it
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        answer = b""
+        if scope["method"] == "POST":
+            answer = await handle(b"".join(chunks), held["pool"], held["redis"])
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(answer)).encode())]})
+        await send({"type": "http.response.body", "body": answer})
+
+    return application
+
+
+def start_rounds(svc: Any, *, connections: int, workers: int, answer: bytes,
+                 reader_secret: str, host: str) -> Server:
+    """Record the relay's quiet round (`round_floor.py --save-job`), then serve the round
+    floor on a free port with `workers` uvicorn workers sharing `connections` connections; the
+    caller stops the server. `answer` is the body every request gets (the relay's quiet page)."""
+    files = Path(tempfile.mkdtemp(prefix="buzz-served-floor-"))
+    job, body = files / "job.pickle", files / "answer.json"
+    body.write_bytes(answer)
+    recorded = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "round_floor.py"), "--save-job", str(job),
+         "--connections", str(connections), "--processes", str(workers),
+         "--reader-secret", reader_secret, "--host", host],
+        env=relay_env(svc), capture_output=True, text=True, check=False,
+    )
+    if recorded.returncode != 0:
+        raise RuntimeError(f"bench/round_floor.py --save-job failed:\n{recorded.stderr[-3000:]}")
+    return _start(svc, "round_app", workers=workers,
+                  env={JOB_VARIABLE: str(job), ANSWER_VARIABLE: str(body)})
+
+
+def start_writes(svc: Any, template: Any, *, community_id: int, connections: int,
+                 workers: int) -> Server:
+    """Serve the write floor of `template` (`ingest_floor.record_ingest`, Django set up in
+    this process) on a free port with `workers` uvicorn workers sharing `connections`
+    connections; the caller stops it."""
+    job = Path(tempfile.mkdtemp(prefix="buzz-served-floor-")) / "job.pickle"
+    job.write_bytes(_write_job(template, community_id=community_id,
+                               connections=-(-connections // workers)))
+    return _start(svc, "write_app", workers=workers, env={JOB_VARIABLE: str(job)})
+
+
+def start_writes_recorded(svc: Any, *, host: str, channel: str, connections: int,
+                          workers: int) -> Server:
+    """`start_writes` from a process without Django: the write is recorded (one artifact
+    create by bench/ingest.py's writer into `channel` of the community at `host`) by this
+    module run as a command, which writes the job file."""
+    job = Path(tempfile.mkdtemp(prefix="buzz-served-floor-")) / "job.pickle"
+    recorded = subprocess.run(
+        [sys.executable, "-m", "bench.served_floor", "--save-write-job", str(job),
+         "--host", host, "--channel", channel, "--connections", str(-(-connections // workers))],
+        env=relay_env(svc), cwd=ROOT, capture_output=True, text=True, check=False,
+    )
+    if recorded.returncode != 0:
+        raise RuntimeError(f"recording the write floor failed:\n{recorded.stderr[-3000:]}")
+    return _start(svc, "write_app", workers=workers, env={JOB_VARIABLE: str(job)})
+
+
+def _write_job(template: Any, *, community_id: int, connections: int) -> bytes:
+    from artifacts.db import psycopg_connect_kwargs
+
+    return pickle.dumps({"template": template, "community_id": community_id,
+                         "connect": psycopg_connect_kwargs(), "connections": connections})
+
+
+def _start(svc: Any, factory: str, *, workers: int, env: dict[str, str]) -> Server:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", f"bench.served_floor:{factory}", "--factory",
+         "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
+         *_uvicorn_flags(svc)],
+        env={**relay_env(svc), **env, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
+    )
+    server = Server(process, port)
+    wait_until_serving(server, f"{server.url}/healthz", f"the served floor ({factory}) did"
+                       " not start")
+    return server
+
+
+def _uvicorn_flags(svc: Any) -> list[str]:
+    """`buzzrelay.server.uvicorn_options()` as uvicorn's command-line flags (the relay's own
+    options, read from its settings in a process of their own)."""
+    code = (
+        "import django, json; django.setup();"
+        " from buzzrelay.server import uvicorn_options; print(json.dumps(uvicorn_options()))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=relay_env(svc), cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    import json
+
+    options = json.loads(done.stdout.strip().splitlines()[-1])
+    flags = {
+        "lifespan": ["--lifespan", options["lifespan"]],
+        "log_level": ["--log-level", options["log_level"]],
+        "ws_max_size": ["--ws-max-size", str(options["ws_max_size"])],
+        "ws_per_message_deflate": ["--ws-per-message-deflate",
+                                   str(options["ws_per_message_deflate"]).lower()],
+        "timeout_graceful_shutdown": ["--timeout-graceful-shutdown",
+                                      str(options["timeout_graceful_shutdown"])],
+        "proxy_headers": [] if options["proxy_headers"] else ["--no-proxy-headers"],
+        "access_log": [] if options["access_log"] else ["--no-access-log"],
+    }
+    unknown = set(options) - set(flags)
+    if unknown:  # a new relay option this bench does not pass on yet
+        raise RuntimeError(f"served floor: no uvicorn flag for {sorted(unknown)}")
+    return [flag for name in options for flag in flags[name]]
+
+
+def main() -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="record the write floor's job (see above)")
+    parser.add_argument("--save-write-job", metavar="FILE", required=True)
+    parser.add_argument("--host", required=True)
+    parser.add_argument("--channel", required=True)
+    parser.add_argument("--connections", type=int, required=True, help="per worker")
+    args = parser.parse_args()
+    import django
+
+    django.setup()
+    from artifacts.models import Community
+    from bench.ingest import WRITER_SECRET, artifact_tags
+    from bench.ingest_floor import record_ingest
+
+    community = Community.objects.get(host=args.host)
+    template = record_ingest(community=community, secret=WRITER_SECRET, h=args.channel,
+                             artifact_tags=artifact_tags)
+    Path(args.save_write_job).write_bytes(
+        _write_job(template, community_id=community.pk, connections=args.connections))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
