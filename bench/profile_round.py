@@ -7,6 +7,8 @@ are the relay's own work per round, in CPU time of the one thread that does it (
 pool's reads run on the same loop), and the statements' server time is PostgreSQL's, not ours.
 
 It prints CPU microseconds per round (the median of `--runs` runs of `--rounds` rounds), the
+same for the round's floor (bench/round_floor.py's round, on one connection of the same loop,
+interleaved with the relay's runs), so the difference is the relay's own code; the
 Python calls per round, and, with `--profile`, the functions that spent the most of it
 (cProfile, wall-clock: the time waiting for PostgreSQL shows as the event loop's `select`).
 
@@ -104,6 +106,42 @@ async def rounds(app: Any, body: bytes, headers: list[str]) -> None:
             raise RuntimeError(f"/query answered {status}: {raw[:300]!r}")
 
 
+class Floor:
+    """The round's floor (bench/round_floor.py: the relay's recorded statements, a bare verify,
+    the Redis claim) on one connection of `loop`, timed in CPU of this thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, redis_url: str) -> None:
+        import psycopg
+        import redis.asyncio
+        from coincurve import PublicKeyXOnly
+
+        from bench.round_floor import floor_job, record_round
+
+        self.loop = loop
+        self.job = floor_job(record_round(READER_SECRET, HOST), redis_url=redis_url,
+                             connections=1, seconds=0)
+        self.key = PublicKeyXOnly(self.job.pubkey)
+        self.conn = loop.run_until_complete(
+            psycopg.AsyncConnection.connect(**self.job.connect, autocommit=True))
+        self.client = redis.asyncio.Redis.from_url(redis_url)
+
+    def rounds(self, count: int) -> float:
+        """CPU us per round of `count` floor rounds, one at a time."""
+        from bench.round_floor import floor_round
+
+        async def run() -> None:
+            for _ in range(count):
+                await floor_round(self.job, self.key, self.conn, self.client)
+
+        started = time.thread_time()
+        self.loop.run_until_complete(run())
+        return (time.thread_time() - started) / count * 1e6
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.conn.close())
+        self.loop.run_until_complete(self.client.aclose())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1000, help="artifacts the reader holds")
@@ -130,12 +168,17 @@ def main() -> int:
                     for _ in range(count)]
 
         loop.run_until_complete(rounds(application, body, signed(300)))  # warm
+        floor = Floor(loop, svc.redis_url)
+        floor.rounds(300)  # warm
         cpu: list[float] = []
-        for _ in range(args.runs):
+        floor_cpu: list[float] = []
+        for _ in range(args.runs):  # interleaved: relay, floor, relay, floor, ...
             headers = signed(args.rounds)
             started = time.thread_time()
             loop.run_until_complete(rounds(application, body, headers))
             cpu.append((time.thread_time() - started) / args.rounds * 1e6)
+            floor_cpu.append(floor.rounds(args.rounds))
+        floor.close()
         profiler = cProfile.Profile()
         headers = signed(args.rounds)
         profiler.enable()
@@ -143,9 +186,14 @@ def main() -> int:
         profiler.disable()
         stats = pstats.Stats(profiler)
         calls = sum(entry[1] for entry in stats.stats.values())  # type: ignore[attr-defined]
-        print(f"quiet continuation round, in-process: {statistics.median(cpu):.0f} us CPU"
+        relay, bare = statistics.median(cpu), statistics.median(floor_cpu)
+        print(f"quiet continuation round, in-process: {relay:.0f} us CPU"
               f" (median of {args.runs} x {args.rounds}; runs {[round(c) for c in cpu]}),"
               f" {calls / args.rounds:.0f} Python calls per round")
+        print(f"its floor (bench/round_floor.py's round on one connection, same loop):"
+              f" {bare:.0f} us CPU (runs {[round(c) for c in floor_cpu]});"
+              f" the relay's own code {relay - bare:.0f} us a round, relay / floor CPU"
+              f" {relay / bare:.2f}x")
         if args.save:
             stats.dump_stats(args.save)
         if args.profile:
