@@ -72,11 +72,11 @@ def relay_env(svc: Services, **extra: str) -> dict[str, str]:
     return env
 
 
-def setup_database(svc: Services, *, host: str = BENCH_HOST) -> None:
+def setup_database(svc: Services, *, host: str = BENCH_HOST, name: str = "Bench") -> None:
     """Migrate (building indexes) and make sure the benchmark community exists."""
     env = relay_env(svc)
     _buzz_admin(env, "migrate", "--build-indexes")
-    _buzz_admin(env, "community", "--host", host, "--name", "Bench", "--artifacts", "on")
+    _buzz_admin(env, "community", "--host", host, "--name", name, "--artifacts", "on")
 
 
 def _buzz_admin(env: dict[str, str], *argv: str) -> None:

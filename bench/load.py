@@ -82,6 +82,7 @@ from bench._harness import (  # noqa: E402
     relay_env,
     run_wrk,
     services,
+    setup_database,
     start_server,
     start_server_in,
 )
@@ -270,16 +271,9 @@ def prepare(svc: Services, n: int) -> int:
 
 
 def migrate_and_community(svc: Services) -> None:
-    import subprocess
-
-    from bench._harness import VENV_BIN
-
-    env = relay_env(svc)
-    subprocess.run([str(VENV_BIN / "buzz-admin"), "migrate", "--build-indexes"], env=env,
-                   check=True, stdout=subprocess.DEVNULL)
-    subprocess.run([str(VENV_BIN / "buzz-admin"), "community", "--host", HOST, "--name",
-                    "Bench load", "--artifacts", "on"], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    """Migrate and make sure this bench's community exists (a failing step stops the bench
+    with buzz-admin's own message, `setup_database`)."""
+    setup_database(svc, host=HOST, name="Bench load")
 
 
 def serve_settings(overlap: int) -> dict[str, str]:
