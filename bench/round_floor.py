@@ -191,6 +191,12 @@ def floor_job(statements: list[Recorded], *, redis_url: str, connections: int,
                     digest, signature, connections, seconds)
 
 
+def largest_share(connections: int, processes: int) -> int:
+    """The most connections one of `processes` processes holds when they share `connections`
+    as `run_floor` shares them."""
+    return -(-connections // processes)
+
+
 def run_floor(statements: list[Recorded], *, redis_url: str, seconds: float, connections: int,
               processes: int) -> tuple[float, float, float]:
     """(rounds/s, p50 ms, p99 ms) of the floor over `connections` connections shared by
@@ -228,9 +234,8 @@ def main() -> int:
     args = parser.parse_args()
     statements = record_round(args.reader_secret, args.host)
     if args.save_job:
-        share = -(-args.connections // args.processes)
-        job = floor_job(statements, redis_url=os.environ["REDIS_URL"], connections=share,
-                        seconds=0)
+        job = floor_job(statements, redis_url=os.environ["REDIS_URL"],
+                        connections=largest_share(args.connections, args.processes), seconds=0)
         Path(args.save_job).write_bytes(job.dumps())
         return 0
     rate, p50, p99 = run_floor(statements, redis_url=os.environ["REDIS_URL"],

@@ -25,11 +25,11 @@ relay on this machine, relay / served floor what the relay's own code costs abov
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
 import sys
-import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._harness import Server, free_port, relay_env, wait_until_serving  # noqa: E402
+from bench._harness import OUT, Server, free_port, relay_env, wait_until_serving  # noqa: E402
+from bench.round_floor import largest_share  # noqa: E402
 
 JOB_VARIABLE = "BUZZ_SERVED_FLOOR_JOB"
 ANSWER_VARIABLE = "BUZZ_SERVED_FLOOR_ANSWER"
@@ -147,8 +148,7 @@ def start_rounds(svc: Any, *, connections: int, workers: int, answer: bytes,
     """Record the relay's quiet round (`round_floor.py --save-job`), then serve the round
     floor on a free port with `workers` uvicorn workers sharing `connections` connections; the
     caller stops the server. `answer` is the body every request gets (the relay's quiet page)."""
-    files = Path(tempfile.mkdtemp(prefix="buzz-served-floor-"))
-    job, body = files / "job.pickle", files / "answer.json"
+    job, body = _job_file("round_app"), OUT / "served-floor-answer.json"
     body.write_bytes(answer)
     recorded = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "round_floor.py"), "--save-job", str(job),
@@ -167,9 +167,9 @@ def start_writes(svc: Any, template: Any, *, community_id: int, connections: int
     """Serve the write floor of `template` (`ingest_floor.record_ingest`, Django set up in
     this process) on a free port with `workers` uvicorn workers sharing `connections`
     connections; the caller stops it."""
-    job = Path(tempfile.mkdtemp(prefix="buzz-served-floor-")) / "job.pickle"
+    job = _job_file("write_app")
     job.write_bytes(_write_job(template, community_id=community_id,
-                               connections=-(-connections // workers)))
+                               connections=largest_share(connections, workers)))
     return _start(svc, "write_app", workers=workers, env={JOB_VARIABLE: str(job)})
 
 
@@ -178,15 +178,23 @@ def start_writes_recorded(svc: Any, *, host: str, channel: str, connections: int
     """`start_writes` from a process without Django: the write is recorded (one artifact
     create by bench/ingest.py's writer into `channel` of the community at `host`) by this
     module run as a command, which writes the job file."""
-    job = Path(tempfile.mkdtemp(prefix="buzz-served-floor-")) / "job.pickle"
+    job = _job_file("write_app")
     recorded = subprocess.run(
         [sys.executable, "-m", "bench.served_floor", "--save-write-job", str(job),
-         "--host", host, "--channel", channel, "--connections", str(-(-connections // workers))],
+         "--host", host, "--channel", channel,
+         "--connections", str(largest_share(connections, workers))],
         env=relay_env(svc), cwd=ROOT, capture_output=True, text=True, check=False,
     )
     if recorded.returncode != 0:
         raise RuntimeError(f"recording the write floor failed:\n{recorded.stderr[-3000:]}")
     return _start(svc, "write_app", workers=workers, env={JOB_VARIABLE: str(job)})
+
+
+def _job_file(factory: str) -> Path:
+    """Where `factory`'s job is written for its workers to read (bench/out, kept until the
+    next run overwrites it, like the benches' other outputs)."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    return OUT / f"served-floor-{factory}.pickle"
 
 
 def _write_job(template: Any, *, community_id: int, connections: int) -> bytes:
@@ -220,8 +228,6 @@ def _uvicorn_flags(svc: Any) -> list[str]:
     )
     done = subprocess.run([sys.executable, "-c", code], env=relay_env(svc), cwd=ROOT,
                           capture_output=True, text=True, check=True)
-    import json
-
     options = json.loads(done.stdout.strip().splitlines()[-1])
     flags = {
         "lifespan": ["--lifespan", options["lifespan"]],
