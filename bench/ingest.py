@@ -316,7 +316,7 @@ def served_floor_rows(
     the relay and into the served floor, `wrk_seconds` each. What serving HTTP costs any relay
     here, and what this bench's Python client costs, apart from what the relay's code costs."""
     from bench import served_floor
-    from bench.load import writes
+    from bench.load import write_run, writes
 
     server = served_floor.start_writes(svc, template, community_id=community_id,
                                        connections=concurrency, workers=workers)
@@ -328,19 +328,20 @@ def served_floor_rows(
         elapsed, latencies, answers = asyncio.run(
             _drive(url, _sign_phase("create", url, h, created), concurrency))
         row = _row(settings, workers, "create served floor", elapsed, latencies, answers)
-        rate = sum(1 for a in answers if a[0] == "OK" and a[2] is True) / elapsed
+        rate = _accepted_rate(answers, elapsed)
         if row[-1] == "-":
             row[-1] = f"relay / served floor {relay_rate / rate:.3f}"
         rows = [row]
         by_wrk = {}
         for name, target in (("create (wrk)", relay), ("create served floor (wrk)", server)):
-            result, _, accepted, refused = writes(
+            result, signed, accepted, refused = writes(
                 target, seconds=wrk_seconds, connections=concurrency,
                 expected_rps=int(rate * 3), channel=h)
-            by_wrk[name] = result.requests_per_second * accepted / max(result.requests, 1)
-            rows.append([settings, workers, name, result.requests, accepted,
-                         f"{by_wrk[name]:.0f}", f"{result.p50_ms:.1f}", f"{result.p99_ms:.1f}",
-                         f"{refused} refused" if refused else "-"])
+            run = write_run(result, signed, accepted, refused)
+            by_wrk[name] = run.rate
+            rows.append([settings, workers, name, result.requests, accepted, f"{run.rate:.0f}",
+                         f"{run.p50_ms:.1f}", f"{run.p99_ms:.1f}",
+                         f"{run.failed} refused" if run.failed else "-"])
         relay_by_wrk, served_by_wrk = by_wrk["create (wrk)"], by_wrk["create served floor (wrk)"]
         refusals = "" if rows[-2][-1] == "-" else f"; {rows[-2][-1]}"
         rows[-2][-1] = f"relay (wrk) / floor {relay_by_wrk / floor_rate:.3f}{refusals}"
@@ -349,6 +350,11 @@ def served_floor_rows(
     finally:
         server.stop()
     return rows
+
+
+def _accepted_rate(answers: list[Any], elapsed: float) -> float:
+    """Accepted writes (`OK true`) per second."""
+    return sum(1 for a in answers if a[0] == "OK" and a[2] is True) / elapsed
 
 
 def _lost_cas(answer: Any) -> bool:
@@ -380,7 +386,7 @@ def throughput(
             d = next((t[1] for t in event["tags"] if t[0] == "d"), None)
             if d is not None:
                 heads[d] = event["id"]
-        return sum(1 for a in answers if a[0] == "OK" and a[2] is True) / elapsed
+        return _accepted_rate(answers, elapsed)
 
     heads: dict[str, str] = {}
     try:

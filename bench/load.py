@@ -505,7 +505,7 @@ def floor_run(svc: Services, *, seconds: int, connections: int, processes: int) 
     return Run(figures["rate"], figures["p50_ms"], figures["p99_ms"], 0)
 
 
-def _write_run(result: WrkResult, signed: int, accepted: int, refused: int) -> Run:
+def write_run(result: WrkResult, signed: int, accepted: int, refused: int) -> Run:
     """A `writes` run as a Run: accepted writes per second."""
     return Run(result.requests_per_second * accepted / max(result.requests, 1), result.p50_ms,
                result.p99_ms, refused + result.errors, _signed_enough(result, signed))
@@ -668,7 +668,7 @@ def _ab_figures(
                                                 connections=first, workers=workers)
     try:
         for _ in range(rounds):
-            served_writes.append(_write_run(*writes(served, seconds=seconds, connections=first,
+            served_writes.append(write_run(*writes(served, seconds=seconds, connections=first,
                                                     expected_rps=_sized(rates))))
             for side in sides:
                 before = heads_in_write_channel(svc, community_id)
@@ -677,15 +677,13 @@ def _ab_figures(
                     expected_rps=_sized(rates))
                 stored = heads_in_write_channel(svc, community_id) - before
                 rates.append(result.requests_per_second)
-                notes = [_signed_enough(result, signed)]
+                run = write_run(result, signed, accepted, refused)
                 # wrk stops with up to one request per connection in flight: the relay may store
                 # those writes without wrk counting their answers.
                 if not accepted <= stored <= accepted + first:
-                    notes.append(f"{accepted} accepted but {stored} heads stored")
-                runs[side.name].append(Run(
-                    result.requests_per_second * accepted / max(result.requests, 1),
-                    result.p50_ms, result.p99_ms, refused + result.errors,
-                    "; ".join(n for n in notes if n)))
+                    stray = f"{accepted} accepted but {stored} heads stored"
+                    run.note = f"{run.note}; {stray}" if run.note else stray
+                runs[side.name].append(run)
     finally:
         served.stop()
     print_table(["served write floor run", "writes/s", "p50 ms", "p99 ms", "failed"],
