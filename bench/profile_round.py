@@ -111,18 +111,16 @@ class Floor:
     the Redis claim) on one connection of `loop`, timed in CPU of this thread."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, redis_url: str) -> None:
-        import psycopg
         import redis.asyncio
         from coincurve import PublicKeyXOnly
 
-        from bench.round_floor import floor_job, record_round
+        from bench.round_floor import connect_floor, floor_job, record_round
 
         self.loop = loop
         self.job = floor_job(record_round(READER_SECRET, HOST), redis_url=redis_url,
                              connections=1, seconds=0)
         self.key = PublicKeyXOnly(self.job.pubkey)
-        self.conn = loop.run_until_complete(
-            psycopg.AsyncConnection.connect(**self.job.connect, autocommit=True))
+        self.conn = loop.run_until_complete(connect_floor(self.job))
         self.client = redis.asyncio.Redis.from_url(redis_url)
 
     def rounds(self, count: int) -> float:

@@ -2,9 +2,10 @@
 
 Per round: a bare BIP-340 verify (pre-decoded bytes: the NIP-98 signature's cost), a Redis
 `SET NX` with a fresh key (the replay claim), and the very statements the relay's asyncio page
-driver sends for that round, on an asyncio psycopg connection of its own: the fence, the page's
-`BEGIN` batch with the community lookup, the page statement(s), `COMMIT`. The statements are
-not written here: they are recorded from the relay's own driver (`async_reads.begin_read` and
+driver sends for that round, on an asyncio psycopg connection of its own: the batch of the
+fence and the page's `BEGIN` with the community lookup, the page statement(s), `COMMIT`. The
+statements are not written here: they are recorded from the relay's own driver
+(`async_reads.configure_connection` once per connection, then `async_reads.begin_read` and
 `read_page_async`, the reader's round continued) once, then replayed as recorded, so the floor
 follows the relay's SQL as it changes. Not in the floor: the HTTP and ASGI cycle, DRF, NIP-98
 decoding, the token's decrypt and re-seal, rendering: what `bench/load.py` reports as the
@@ -43,6 +44,8 @@ class Recorded:
     query: Any  # str, bytes or a psycopg sql object, as the driver sent it
     params: Any
     prepare: bool | None
+    # Sent once per connection, when it is opened (the pool's `configure`), not every round.
+    session: bool = False
 
 
 def record_round(reader_secret: str, host: str) -> list[Recorded]:
@@ -65,12 +68,13 @@ def record_round(reader_secret: str, host: str) -> list[Recorded]:
     reader = pubkey_from_secret(reader_secret)
     recorded: list[Recorded] = []
     recording = False
+    session = False
     cursor_execute = psycopg.AsyncCursor.execute
 
     async def record(self: Any, query: Any, params: Any = None, *,
                      prepare: bool | None = None, **kw: Any) -> Any:
-        if recording:
-            recorded.append(Recorded(query, params, prepare))
+        if recording or session:
+            recorded.append(Recorded(query, params, prepare, session=session))
         return await cursor_execute(self, query, params, prepare=prepare, **kw)
 
     async def page(conn: Any, progress: str | None) -> Page:
@@ -82,10 +86,13 @@ def record_round(reader_secret: str, host: str) -> list[Recorded]:
         return await async_reads.read_page_async(read, request, ready=True, identity=identity)
 
     async def rounds() -> None:
-        nonlocal recording
+        nonlocal recording, session
         conn = await psycopg.AsyncConnection.connect(**psycopg_connect_kwargs(), autocommit=True)
         psycopg.AsyncCursor.execute = record  # type: ignore[method-assign]
         try:
+            session = True  # what the relay's pool gives each new connection
+            await async_reads.configure_connection(conn)
+            session = False
             progress = None
             while True:  # a full round, then the continuation to record
                 done = await page(conn, progress)
@@ -101,7 +108,7 @@ def record_round(reader_secret: str, host: str) -> list[Recorded]:
             await conn.close()
 
     asyncio.run(rounds())
-    if not recorded:
+    if not any(not statement.session for statement in recorded):
         raise RuntimeError("the relay's page driver sent no statement")
     return recorded
 
@@ -121,7 +128,7 @@ class FloorJob:
         """Pickled as plain values: the classes of a process run as a script are `__main__`'s,
         which another process cannot import."""
         fields = {**self.__dict__, "statements": [
-            (s.query, s.params, s.prepare) for s in self.statements]}
+            (s.query, s.params, s.prepare, s.session) for s in self.statements]}
         return pickle.dumps(fields)
 
     @classmethod
@@ -134,11 +141,31 @@ class FloorJob:
 async def floor_round(job: FloorJob, key: Any, conn: Any, client: Any) -> None:
     """One round of the floor on `conn` (an autocommit asyncio psycopg connection) and `client`
     (asyncio Redis): the verify with `key` (coincurve's `PublicKeyXOnly` of `job.pubkey`), the
-    claim, the recorded statements with every result read."""
+    claim, the recorded statements with every result read (`conn` was configured by
+    `configure_floor_connection`)."""
     assert key.verify(job.signature, job.message)
     assert await client.set(f"floor:{uuid.uuid4().hex}", b"1", nx=True, ex=60)
+    await _replay(conn, [statement for statement in job.statements if not statement.session])
+
+
+async def configure_floor_connection(job: FloorJob, conn: Any) -> None:
+    """What the relay's pool runs on each new connection (`async_reads.configure_connection`),
+    as recorded."""
+    await _replay(conn, [statement for statement in job.statements if statement.session])
+
+
+async def connect_floor(job: FloorJob) -> Any:
+    """A new autocommit asyncio connection for the floor's rounds, configured as the relay's."""
+    import psycopg
+
+    conn = await psycopg.AsyncConnection.connect(**job.connect, autocommit=True)
+    await configure_floor_connection(job, conn)
+    return conn
+
+
+async def _replay(conn: Any, statements: list[Recorded]) -> None:
     cursor = conn.cursor()
-    for statement in job.statements:
+    for statement in statements:
         await cursor.execute(statement.query, statement.params, prepare=statement.prepare)
         while True:  # every result of a multi-statement batch, as the driver reads
             if cursor.description is not None:
@@ -149,7 +176,6 @@ async def floor_round(job: FloorJob, key: Any, conn: Any, client: Any) -> None:
 
 def _floor_process(job: FloorJob, out: Any) -> None:
     """One process's share of the floor: `job.connections` concurrent loops for `seconds`."""
-    import psycopg
     import redis.asyncio
     from coincurve import PublicKeyXOnly
 
@@ -162,8 +188,7 @@ def _floor_process(job: FloorJob, out: Any) -> None:
 
     async def main() -> list[float]:
         client = redis.asyncio.Redis.from_url(job.redis_url)
-        conns = [await psycopg.AsyncConnection.connect(**job.connect, autocommit=True)
-                 for _ in range(job.connections)]
+        conns = [await connect_floor(job) for _ in range(job.connections)]
         latencies: list[float] = []
         deadline = time.perf_counter() + job.seconds
         await asyncio.gather(*(loop_on(c, client, deadline, latencies) for c in conns))

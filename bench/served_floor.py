@@ -53,7 +53,7 @@ def round_app() -> Any:
     `round_floor.floor_round` per `POST`, answered with the relay's quiet page."""
     from coincurve import PublicKeyXOnly
 
-    from bench.round_floor import FloorJob, floor_round
+    from bench.round_floor import FloorJob, configure_floor_connection, floor_round
 
     job = FloorJob.loads(Path(os.environ[JOB_VARIABLE]).read_bytes())
     answer = Path(os.environ[ANSWER_VARIABLE]).read_bytes()
@@ -64,8 +64,11 @@ def round_app() -> Any:
             await floor_round(job, key, conn, client)
         return answer
 
+    async def configure(conn: Any) -> None:
+        await configure_floor_connection(job, conn)
+
     return _served(one_round, connect=job.connect, connections=job.connections,
-                   redis_url=job.redis_url)
+                   redis_url=job.redis_url, configure=configure)
 
 
 def write_app() -> Any:
@@ -94,10 +97,11 @@ def write_app() -> Any:
 
 
 def _served(handle: Handler, *, connect: dict[str, Any], connections: int,
-            redis_url: str | None) -> Any:
+            redis_url: str | None,
+            configure: Callable[[Any], Awaitable[None]] | None = None) -> Any:
     """A bare ASGI application: `handle` per `POST` on a connection of its asyncio pool
-    (`connections` of them, opened at startup), 200 with its bytes; any `GET` answers 200
-    with nothing (the harness's readiness probe)."""
+    (`connections` of them, opened at startup, each given `configure` first), 200 with its
+    bytes; any `GET` answers 200 with nothing (the harness's readiness probe)."""
     held: dict[str, Any] = {"redis": None}
 
     async def lifespan(receive: Any, send: Any) -> None:
@@ -109,7 +113,7 @@ def _served(handle: Handler, *, connect: dict[str, Any], connections: int,
             if message["type"] == "lifespan.startup":
                 pool = psycopg_pool.AsyncConnectionPool(
                     kwargs={**connect, "autocommit": True}, min_size=connections,
-                    max_size=connections, open=False)
+                    max_size=connections, configure=configure, open=False)
                 await pool.open(wait=True)
                 held["pool"] = pool
                 if redis_url:

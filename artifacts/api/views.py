@@ -7,6 +7,7 @@ bytes, never parsed or serialized again (a DRF serializer costs ~40 us per row).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import orjson
@@ -21,6 +22,7 @@ from artifacts.selectors.async_reads import (
     OpenRead,
     begin_read,
     connection_pool,
+    end_read,
     note_used,
     read_page_async,
 )
@@ -89,10 +91,14 @@ class QueryView(RelayAPIView):
         return community
 
     async def release(self) -> None:
-        # A transaction still open (a refusal, a failed page) is rolled back by the pool.
+        # A failed page's transaction is rolled back by the pool.
         if self._pool is not None and self._conn is not None:
-            await self._pool.putconn(self._conn)
-            self._conn = None
+            try:
+                with contextlib.suppress(psycopg.Error):  # a broken one: the pool replaces it
+                    await end_read(self._conn)  # a refusal's: begun, never used
+            finally:
+                await self._pool.putconn(self._conn)
+                self._conn = None
 
     def parse(self, request: Request) -> tuple[QueryFilter, RoundRequest | None]:
         try:
@@ -114,7 +120,7 @@ class QueryView(RelayAPIView):
         query, rounds = parsed
         if rounds is None:
             if self._conn is not None:
-                await self._conn.rollback()  # a plain read: the page's transaction is not used
+                await end_read(self._conn)  # a plain read: the page's transaction is not used
             raws = await run_db(
                 plain_query, community_id=request.community.pk,  # type: ignore[attr-defined]
                 reader=request.user.pubkey, query=query,

@@ -1,7 +1,8 @@
 """Incremental pages on asyncio connections: the HTTP edge's driver of `page_steps`.
 
 The same page as `rounds.read_page` (the statements come from `rounds.page_steps`, written once):
-the fence is read afresh before the snapshot (a statement of its own), the page runs in
+the fence is read afresh before the snapshot (in a transaction of its own, at the head of the
+page's first round trip: `fence.fence_then`), the page runs in
 one REPEATABLE READ, read-only transaction under the read budget, and its statements are
 prepared on the server. The connections come from a pool of their own per process and event
 loop, opened on first use, named like the relay's other connections (readiness item 4 reads the
@@ -21,6 +22,7 @@ from weakref import WeakKeyDictionary
 import psycopg
 from django.conf import settings
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from artifacts.db import psycopg_connect_kwargs, server_spoke_while_idle
@@ -31,16 +33,19 @@ from artifacts.selectors.communities import (
     community_from_row,
     lookup_statement,
 )
-from artifacts.selectors.fence import read_fence_async
+from artifacts.selectors.fence import fence_then, prepare_fence
 from artifacts.selectors.rounds import Page, RoundRequest, page_steps
 
 __all__ = [
     "OpenRead",
     "begin_read",
+    "configure_connection",
     "connection_pool",
+    "end_read",
     "lookup_community",
     "note_used",
     "read_page_async",
+    "roll_back",
 ]
 
 _pools: WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool] = WeakKeyDictionary()
@@ -52,9 +57,24 @@ _BEGIN = f"BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; {read_settings_sql(
 _HOST = "%(host)s"
 
 
+def fence_prepared() -> bool:
+    """Whether the pool's sessions hold the fence as a prepared statement: not when prepared
+    statements are off, nor behind a transaction pooler (a session's names do not follow a
+    transaction to another server connection)."""
+    config = settings.CONFIG
+    return config.database_prepared_statements and config.database_pooler != "transaction"
+
+
 @cache
-def _begin_and_lookup() -> str:
-    return f"{_BEGIN}; {lookup_statement()}"
+def _fence_begin_and_lookup(prepared: bool) -> str:
+    return fence_then(f"{_BEGIN}; {lookup_statement()}", prepared=prepared)
+
+
+async def configure_connection(conn: psycopg.AsyncConnection[Any]) -> None:
+    """What each new connection of the pool gets before its first use (bench/round_floor.py
+    gives its own connections the same)."""
+    if fence_prepared():
+        await prepare_fence(conn)
 
 
 async def connection_pool() -> AsyncConnectionPool:
@@ -69,6 +89,7 @@ async def connection_pool() -> AsyncConnectionPool:
             timeout=5,
             max_idle=300,
             check=_check_unless_recently_used,
+            configure=configure_connection,
             open=False,
             name="buzz-fast-reads",
         )
@@ -117,24 +138,60 @@ async def begin_read(
     conn: psycopg.AsyncConnection[Any], host: str
 ) -> tuple[OpenRead, Community | None]:
     """Read the fence, then begin the page's transaction and look up the community served at
-    `host` (lowercase, no port) in it: two round trips (the fence, read afresh for every page;
-    then one simple-protocol batch, the host quoted as a literal). The community is None when
-    none is served there; the caller then rolls back (returning the connection to the pool
-    does).
+    `host` (lowercase, no port) in it: one round trip, a simple-protocol batch with the host
+    quoted as a literal (`fence.fence_then`: the fence in a transaction of its own, read afresh
+    for every page, then the page's). The community is None when none is served there; the
+    caller then ends the transaction (`end_read`).
 
     The lookup (`communities.lookup_statement`, the same as every other driver's) takes the
     page's snapshot, which the page then classifies by: it runs after the fence was read, as
     the fence requires.
     """
-    fence = await read_fence_async(conn)
-    cursor = conn.cursor()
+    prepared = fence_prepared()
     # Composed by string, the host quoted by psycopg: `sql.SQL.format` cost 10% of a round's
     # CPU in a profile (it builds a tree of objects for every request).
-    await cursor.execute(_begin_and_lookup().replace(_HOST, sql.quote(host.lower())).encode())
-    while cursor.nextset():  # BEGIN and the settings come first; the lookup's rows are last
-        pass
-    row = await cursor.fetchone()
-    return OpenRead(cursor, fence), (community_from_row(row) if row is not None else None)
+    batch = _fence_begin_and_lookup(prepared).replace(_HOST, sql.quote(host.lower())).encode()
+    cursor = conn.cursor()
+    try:
+        await cursor.execute(batch)
+    except psycopg.errors.InvalidSqlStatementName:
+        if not prepared:
+            raise
+        # The session lost the fence since it was configured (`roll_back` says how): the
+        # batch failed at the fence, before the page's transaction began.
+        await roll_back(conn)
+        await cursor.execute(batch)
+    rows = []
+    while True:  # the fence's row first, the lookup's last; BEGIN, COMMIT and SET have none
+        if cursor.description is not None:
+            rows.append(await cursor.fetchone())
+        if not cursor.nextset():
+            break
+    fence_row, found = rows[0], rows[-1]
+    assert fence_row is not None
+    community = community_from_row(found) if found is not None else None
+    return OpenRead(cursor, fence_row[0]), community
+
+
+async def roll_back(conn: psycopg.AsyncConnection[Any]) -> None:
+    """ROLLBACK the connection's transaction, keeping the session as `configure_connection`
+    left it: after a ROLLBACK psycopg deallocates every statement the session prepared (it
+    cannot tell whether the transaction created what they refer to), the fence's among them,
+    when psycopg had prepared any of its own."""
+    await conn.rollback()
+    if fence_prepared():
+        await prepare_fence(conn, unless_prepared=True)
+
+
+async def end_read(conn: psycopg.AsyncConnection[Any]) -> None:
+    """End the page's transaction if it is still open (a plain read does not use it; a refusal
+    after `begin_read` leaves it), with COMMIT rather than ROLLBACK: it is read-only, so both
+    end it alike, but after a ROLLBACK psycopg deallocates every statement the session had
+    prepared (the pool rolls back what is returned open), and the next pages on the connection
+    would plan theirs again (0.6 ms each) and prepare the fence again. A failed transaction is
+    left to the pool, which rolls it back."""
+    if conn.info.transaction_status == TransactionStatus.INTRANS:
+        await conn.commit()
 
 
 async def read_page_async(

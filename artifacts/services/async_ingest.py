@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 
+from artifacts.selectors.async_reads import roll_back
 from artifacts.services.errors import WriteRefused
 from artifacts.services.ingest import (
     STEPS_HANDLERS,
@@ -103,7 +104,7 @@ async def _pipeline(conn: psycopg.AsyncConnection[Any], batch: Batch) -> list[Ro
 
 async def _roll_back(conn: psycopg.AsyncConnection[Any]) -> None:
     """End the failed or refused transaction (nothing to do when none began or the connection
-    broke: the pool replaces a broken one)."""
+    broke: the pool replaces a broken one), keeping the session as the pool configured it."""
     if not conn.closed:
         with contextlib.suppress(psycopg.OperationalError):
-            await conn.rollback()
+            await roll_back(conn)

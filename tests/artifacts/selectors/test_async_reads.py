@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
+from artifacts.db import psycopg_connect_kwargs
 from artifacts.selectors import async_reads
 from artifacts.selectors.async_reads import connection_pool, lookup_community
+from artifacts.selectors.fence import FENCE_STATEMENT
 from tests.factories import make_community
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,3 +47,46 @@ def test_lookups_in_steady_use_skip_the_pools_round_trip_check(
     assert found == [community.pk, community.pk, None] * 4
     # A connection is checked when it is new to the pool, not again for every lookup.
     assert len(checks) == len({id(conn) for conn in checks}) < len(found), len(checks)
+
+
+async def prepared_names(conn: psycopg.AsyncConnection[Any]) -> set[str]:
+    cursor = await conn.execute("SELECT name FROM pg_prepared_statements")
+    return {name for (name,) in await cursor.fetchall()}
+
+
+def test_the_fence_survives_pages_and_is_prepared_again_after_a_rollback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A page ends with COMMIT (`end_read`), which keeps the session's prepared statements;
+    after a ROLLBACK psycopg deallocates them all, and the next page prepares the fence again
+    instead of failing."""
+    monkeypatch.setattr(async_reads, "fence_prepared", lambda: True)
+    community = make_community("fenced.example")
+
+    async def pages() -> None:
+        async with await psycopg.AsyncConnection.connect(
+            **psycopg_connect_kwargs(), autocommit=True
+        ) as conn:
+            await async_reads.configure_connection(conn)
+            await conn.execute("SELECT 1", prepare=True)  # psycopg prepares one of its own
+            for _ in range(3):
+                read, found = await async_reads.begin_read(conn, "FENCED.example")
+                assert found is not None and found.pk == community.pk
+                await async_reads.end_read(conn)
+                assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                assert FENCE_STATEMENT in await prepared_names(conn)
+            # A refused write's rollback, as psycopg performs it: everything is deallocated.
+            await conn.execute("BEGIN")
+            await conn.rollback()
+            assert FENCE_STATEMENT not in await prepared_names(conn)
+            read, found = await async_reads.begin_read(conn, "fenced.example")
+            assert found is not None and found.pk == community.pk
+            assert read.fence is not None
+            await async_reads.end_read(conn)
+            assert FENCE_STATEMENT in await prepared_names(conn)
+            # `roll_back` ends a transaction and keeps the session as configured.
+            await conn.execute("BEGIN")
+            await async_reads.roll_back(conn)
+            assert FENCE_STATEMENT in await prepared_names(conn)
+
+    asyncio.run(pages())

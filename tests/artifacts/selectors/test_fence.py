@@ -1,18 +1,20 @@
 """The fence T (PROTOCOL.md section 5): the smaller of now() and the oldest transaction start
-among the client sessions of this database, read in a statement of its own."""
+among the client sessions of this database, read before the page's snapshot."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 
 import psycopg
 import pytest
 from django.db import connection, transaction
 
 from artifacts.db import psycopg_connect_kwargs
-from artifacts.selectors.fence import FENCE_SQL, read_fence, read_fence_async
+from artifacts.selectors import async_reads
+from artifacts.selectors.fence import FENCE_SQL, read_fence
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,14 +89,34 @@ def test_the_server_processes_are_not_client_sessions() -> None:
             assert has_port == (kind == "client backend"), kind
 
 
-def test_the_asyncio_read_is_the_same_statement(session: psycopg.Connection) -> None:
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "inline"])
+def test_the_asyncio_page_reads_it_ahead_of_its_own_transaction(
+    session: psycopg.Connection, monkeypatch: pytest.MonkeyPatch, prepared: bool
+) -> None:
+    """`begin_read`'s one round trip: the fence (the session's prepared statement, or the SQL
+    itself behind a transaction pooler) in a transaction of its own, then the page's
+    REPEATABLE READ, read-only transaction, still open."""
+    monkeypatch.setattr(async_reads, "fence_prepared", lambda: prepared)
     started = transaction_start(session)
 
-    async def fence() -> datetime:
+    async def page_start() -> tuple[datetime, datetime, list[Any]]:
         async with await psycopg.AsyncConnection.connect(
             **psycopg_connect_kwargs(), autocommit=True
         ) as conn:
-            return await read_fence_async(conn)
+            await async_reads.configure_connection(conn)
+            read, community = await async_reads.begin_read(conn, "nowhere.example")
+            assert community is None
+            cursor = await conn.execute(
+                "SELECT now(), current_setting('transaction_isolation'),"
+                " current_setting('transaction_read_only')"
+            )
+            row = await cursor.fetchone()
+            assert row is not None
+            await async_reads.end_read(conn)
+            return read.fence, row[0], list(row[1:])
 
-    assert asyncio.run(fence()) == started
+    fence, page_began, page_settings = asyncio.run(page_start())
+    assert fence == started
+    assert page_began > started
+    assert page_settings == ["repeatable read", "on"]
     session.rollback()
