@@ -32,7 +32,7 @@ import hashlib
 import re
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 from functools import lru_cache
@@ -119,7 +119,9 @@ class RetiredToken:
     reason: str
 
 
+@lru_cache(maxsize=16)
 def database_tag(identity: str) -> bytes:
+    """Cached: every page asks, and a process serves one database (a few after failovers)."""
     return hashlib.sha256(identity.encode()).digest()[:8]
 
 
@@ -238,7 +240,10 @@ def _unpack(plain: bytes) -> ProgressToken:
         cursor_key = plain[_FIELDS.size : _FIELDS.size + key_length]
         if len(cursor_key) != key_length:
             raise InvalidProgress("malformed token")
-        token = ProgressToken(
+        view_channels, catchup, catchup_pending, catchup_cursor = _unpack_view(
+            plain[_FIELDS.size + key_length :]
+        )
+        return ProgressToken(
             phase=Phase(phase),
             epoch=epoch,
             database=database,
@@ -250,8 +255,11 @@ def _unpack(plain: bytes) -> ProgressToken:
             view_t=_moment(view_t),
             view_fingerprint=fingerprint,
             issued_at=_moment(issued_at),
+            view_channels=view_channels,
+            catchup=catchup,
+            catchup_pending=catchup_pending,
+            catchup_cursor=catchup_cursor,
         )
-        return _unpack_view(token, plain[_FIELDS.size + key_length :])
     except (struct.error, ValueError, OverflowError) as exc:
         # Authentic but unreadable can only be a bug of ours; the client still gets a 400.
         raise InvalidProgress("malformed token") from exc
@@ -282,16 +290,21 @@ def _pack_view(token: ProgressToken) -> bytes:
     )
 
 
-def _unpack_view(token: ProgressToken, rest: bytes) -> ProgressToken:
+# The view part as read: V (None when not carried), C, whether the catch-up is pending, its cursor.
+_ViewPart = tuple[tuple[bytes, ...] | None, frozenset[bytes], bool, bytes]
+_VIEW_NOT_CARRIED: _ViewPart = (None, frozenset(), False, b"")
+
+
+def _unpack_view(rest: bytes) -> _ViewPart:
     if not rest:
-        return token  # issued before tokens carried the view: V is not recoverable
+        return _VIEW_NOT_CARRIED  # issued before tokens carried the view: V is not recoverable
     flags, count = _VIEW.unpack_from(rest)
     if flags & ~(_CARRIES_VIEW | _CATCHUP_PENDING) or count > MAX_VIEW_CHANNELS:
         raise InvalidProgress("malformed token")
     if not flags & _CARRIES_VIEW:
         if flags or count or rest[_VIEW.size :] != b"\0":
             raise InvalidProgress("malformed token")
-        return token
+        return _VIEW_NOT_CARRIED
     at = _VIEW.size
     channels = tuple(
         rest[at + i * _CHANNEL_BYTES : at + (i + 1) * _CHANNEL_BYTES] for i in range(count)
@@ -312,7 +325,4 @@ def _unpack_view(token: ProgressToken, rest: bytes) -> ProgressToken:
         channel for index, channel in enumerate(channels)
         if bitmap[index // 8] >> (index % 8) & 1
     )
-    return replace(
-        token, view_channels=channels, catchup=catchup,
-        catchup_pending=bool(flags & _CATCHUP_PENDING), catchup_cursor=cursor,
-    )
+    return channels, catchup, bool(flags & _CATCHUP_PENDING), cursor

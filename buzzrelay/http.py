@@ -40,25 +40,35 @@ def json_error(
 
 def client_address(request: HttpRequest) -> str:
     """The client's IP (buzzrelay.addressing)."""
-    return addressing.client_address(RequestAddress.of_request(request))
+    return addressing.client_address(_address(request))
 
 
 def request_host(request: HttpRequest) -> str:
     """The host the client asked for, lowercase, without port (the community lookup key)."""
-    return addressing.public_host(RequestAddress.of_request(request))
+    return addressing.public_host(_address(request))
 
 
 def public_scheme(request: HttpRequest) -> str:
-    return "https" if addressing.public_secure(RequestAddress.of_request(request)) else "http"
+    return "https" if addressing.public_secure(_address(request)) else "http"
 
 
 def public_netloc(request: HttpRequest) -> str:
     """host[:port] as the client addressed the relay (RELAY_PUBLIC_URL wins when set)."""
-    return addressing.public_netloc(RequestAddress.of_request(request))
+    return addressing.public_netloc(_address(request))
 
 
 def absolute_url(request: HttpRequest) -> str:
     """The absolute URL of the request as NIP-98's `u` tag must name it."""
-    address = RequestAddress.of_request(request)
+    address = _address(request)
     scheme = "https" if addressing.public_secure(address) else "http"
     return f"{scheme}://{addressing.public_netloc(address)}{request.get_full_path()}"
+
+
+def _address(request: HttpRequest) -> RequestAddress:
+    """The request's address facts, read from its headers once: a relay view reads three rules
+    of them per request (host, client address, URL)."""
+    address: RequestAddress | None = getattr(request, "_relay_address", None)
+    if address is None:
+        address = RequestAddress.of_request(request)
+        request._relay_address = address  # type: ignore[attr-defined]
+    return address

@@ -366,7 +366,8 @@ def _resume(
     if not ready and decoded.phase is not Phase.FULL:
         # A full round under way stays correct; a continuation needs a ready deployment.
         return "not_ready", None, None, []
-    if _finished(decoded):
+    if _finished(decoded) and (decoded.catchup or decoded.catchup_pending
+                               or decoded.catchup_cursor):
         # A new round's catch-up starts empty.
         decoded = replace(decoded, catchup=frozenset(), catchup_pending=False, catchup_cursor=b"")
     if view_unchanged(
