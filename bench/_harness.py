@@ -214,8 +214,10 @@ def wait_until_serving(
 
 
 @contextmanager
-def git_worktree(ref: str) -> Iterator[tuple[Path, str]]:
-    """A detached `git worktree` of `ref` in a temporary directory, removed on exit.
+def git_worktree(ref: str, patch: Path | None = None) -> Iterator[tuple[Path, str]]:
+    """A detached `git worktree` of `ref` in a temporary directory, removed on exit, with
+    `patch` applied to its files when given (`git apply`: a baseline brought to a protocol
+    change it predates, bench/patches/).
 
     Yields the tree and the commit. Only the temporary worktree is added and removed: the
     repository's own work tree, index and branches are left alone.
@@ -233,6 +235,11 @@ def git_worktree(ref: str) -> Iterator[tuple[Path, str]]:
         check=True,
     )
     try:
+        if patch is not None:
+            applied = subprocess.run(["git", "-C", str(tree), "apply", str(patch.resolve())],
+                                     capture_output=True, text=True)
+            if applied.returncode != 0:
+                raise SystemExit(f"--baseline-patch {patch}: {applied.stderr.strip()}")
         yield tree, commit
     finally:
         removed = subprocess.run(

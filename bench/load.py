@@ -38,9 +38,15 @@ each, so noise hits both alike, over continuation rounds (`POST /query`, at each
 `--connections`), NIP-11 (`GET /info`) and pre-signed artifact creates (`POST /event`;
 failed = not 200 `["OK", id, true, ...]`), the last two at the first of `--connections`. It
 prints each side's runs, then the medians and candidate/baseline ratios of the medians: quote
-those. `--skip-load` leaves only the A/B.
+those. `--skip-load` leaves only the A/B. `--baseline-patch FILE` applies FILE to the baseline's
+worktree first: `bench/patches/9e8ea44-fence-afresh.patch` brings the old `/query` fast path (the
+main before the DRF edge) to PROTOCOL.md section 5 as it stands since issue 19, the fence read
+afresh for every page (it reused one for a second) with the statement today's relay runs, so the
+A/B compares the two edges on one protocol.
 
     .venv/bin/python bench/load.py --skip-load --baseline main~1 --rounds 3
+    .venv/bin/python bench/load.py --skip-load --baseline 9e8ea44 \
+        --baseline-patch bench/patches/9e8ea44-fence-afresh.patch --rounds 5 --throughput-seconds 8
     .venv/bin/python bench/load.py --skip-load --baseline HEAD --throughput-seconds 5 --rounds 2
 """
 
@@ -570,14 +576,16 @@ def summary_row(figure: str, runs: dict[str, list[Run]]) -> list[object]:
 
 def ab(
     svc: Services, *, ref: str, community_id: int, workers: int, seconds: int, rounds: int,
-    connections: list[int],
+    connections: list[int], patch: Path | None = None,
 ) -> None:
-    """Candidate (this tree) against a worktree of `ref`: three figures, runs alternating."""
-    with git_worktree(ref) as (tree, commit):
+    """Candidate (this tree) against a worktree of `ref` (with `patch` applied): three
+    figures, runs alternating."""
+    with git_worktree(ref, patch) as (tree, commit):
         sides: list[Side] = []
+        patched = f" + {patch.name}" if patch is not None else ""
         try:
             for name, root, label in (
-                ("baseline", tree, f"{ref} = {commit[:10]}"),
+                ("baseline", tree, f"{ref} = {commit[:10]}{patched}"),
                 ("candidate", ROOT, f"{ROOT} at {describe_tree(ROOT)}"),
             ):
                 server = serve(svc, workers=workers, overlap=120, root=root)
@@ -785,6 +793,9 @@ def main() -> int:
     parser.add_argument("--baseline", metavar="REF",
                         help="A/B: serve a git worktree of REF next to this tree and compare "
                              "/query rounds, NIP-11 and POST /event, runs alternating")
+    parser.add_argument("--baseline-patch", metavar="FILE", type=Path,
+                        help="A/B: apply FILE (git apply) to the baseline's worktree, e.g. "
+                             "bench/patches/9e8ea44-fence-afresh.patch")
     parser.add_argument("--rounds", type=int, default=3,
                         help="A/B: runs per side of each figure (default 3)")
     args = parser.parse_args()
@@ -808,7 +819,7 @@ def main() -> int:
             if args.baseline:
                 ab(svc, ref=args.baseline, community_id=seeded[args.n[0]],
                    workers=args.workers, seconds=args.throughput_seconds, rounds=args.rounds,
-                   connections=args.connections)
+                   connections=args.connections, patch=args.baseline_patch)
                 del seeded[args.n[0]]  # its writes added artifacts: the load phases reseed
             else:
                 throughput_phase(svc, args)
