@@ -197,6 +197,36 @@ def test_refusals_are_djangos_answers(
     same_headers(fast, django)
 
 
+POOL_ROLLBACK = "rolling back returned connection"  # psycopg_pool's warning
+
+
+def test_refusals_and_plain_reads_end_the_pages_transaction_themselves(
+    relays: dict[str, RelayProcess], world: World
+) -> None:
+    """A `/query` refused after its page's transaction began (401, 400) and a plain read (which
+    does not use it) end that read-only transaction with COMMIT (`async_reads.end_read`): the
+    pool never rolls their connection back, which logs a warning and makes psycopg deallocate
+    every statement the session prepared, the fence's among them."""
+    relay = relays["fast"]
+    reader = make_key()
+    full_round(relay, reader)  # the pool's connections prepare the page's statements
+
+    def rollbacks() -> int:
+        return relay.log_path.read_text(errors="replace").count(POOL_ROLLBACK)
+
+    before = rollbacks()
+    body = query(None)
+    forged = nip98_header(reader, f"{relay.url}/query", "POST", body)[:-8] + "AAAAAAA="
+    for _ in range(3):
+        assert post(relay, body, authorization=forged).status_code == 401
+        assert post(relay, query("AAAA"), reader).status_code == 400
+        plain = post(relay, orjson.dumps([{"artifact": "current", "limit": 5}]), reader)
+        assert plain.status_code == 200 and len(plain.json()) == 5
+        pages, _ = full_round(relay, reader)
+        assert sum(len(page["events"]) for page in pages) == 5
+    assert rollbacks() == before
+
+
 def test_a_replayed_auth_event_is_refused_by_the_front_door(
     relays: dict[str, RelayProcess], world: World
 ) -> None:
