@@ -6,9 +6,9 @@ stamps with the time of a statement after its `BEGIN`, so a stamp below T belong
 transaction that committed before T was read.
 The fence must be read *before* the snapshot a page classifies by: read inside that snapshot, a
 writer could commit between the snapshot and the read, be invisible to the page and already gone
-from pg_stat_activity. So it runs in a statement of its own (autocommit), before the page's
-transaction begins; pg_stat_activity also keeps a per-transaction copy, which a statement of its
-own never reuses.
+from pg_stat_activity. So it runs in a transaction of its own, before the page's transaction
+begins; pg_stat_activity also keeps a per-transaction copy, which a transaction of its own never
+reuses.
 
 It is read afresh for every page, never reused: a value read before a write's `OK` was sent
 would leave that write out of a round started after it (read-your-writes). A round keeps the T
