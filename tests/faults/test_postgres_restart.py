@@ -23,6 +23,11 @@ def test_postgres_down_is_503_json_and_the_relay_recovers_by_itself(dep: Deploym
         assert httpx.get(f"{relay.url}/healthz").status_code == 200
     finally:
         dep.start_postgres()
-    wait_until(lambda: httpx.get(f"{relay.url}/info", headers=nip11).status_code == 200)
+    # The pool reconnects on its own backoff (psycopg_pool: 1, 2, 4, 8 s after the first
+    # failure), so the first answer after the restart may take up to the pool's checkout
+    # timeout (5 s): httpx's default 5 s would race it (it lost once in CI).
+    wait_until(
+        lambda: httpx.get(f"{relay.url}/info", headers=nip11, timeout=20).status_code == 200
+    )
     assert httpx.get(f"{relay.url}/readyz").status_code == 200
     assert relay.process.poll() is None
