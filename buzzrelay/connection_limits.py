@@ -268,12 +268,13 @@ class HostCheck:
             problem := host_error(RequestAddress.of_scope(scope))
         ):
             body = orjson.dumps({"error": "bad_request", "message": problem})
+            headers = [*_JSON_400, (b"content-length", b"%d" % len(body))]
             if scope["type"] == "http":
-                await send({"type": "http.response.start", "status": 400, "headers": _JSON_400})
+                await send({"type": "http.response.start", "status": 400, "headers": headers})
                 await send({"type": "http.response.body", "body": body})
             else:  # the handshake answered as HTTP (ASGI's websocket.http.response extension)
                 await send({"type": "websocket.http.response.start", "status": 400,
-                            "headers": _JSON_400})
+                            "headers": headers})
                 await send({"type": "websocket.http.response.body", "body": body})
             return
         await self.app(scope, receive, send)
