@@ -2,12 +2,14 @@
 
 uvicorn bounds neither a request's head nor a WebSocket client's pings: the abuse run behind
 issue 37 held +247 MiB for 25 MiB of header lines (httptools keeps every header of an unfinished
-head) and +143 MiB for 151 MiB of pings nobody read (pongs are written past the transport's
-buffer limit). Measured against uvicorn's own options (bench/connection_bounds.py): h11 with
-`h11_max_incomplete_event_size` bounds the head's bytes, but not the header count, and costs
-the pure-Python parser on every request; the `websockets` and `wsproto` implementations both
-kept answering pings into an unread buffer. So the relay keeps httptools and websockets-sansio,
-and these subclasses add the bounds (hand-written: no uvicorn option or other package does):
+head) and +143 MiB for 151 MiB of pings nobody read (websockets-sansio writes each pong past the
+transport's buffer limit). Measured against uvicorn's own options (bench/connection_bounds.py,
+docs/reliability.md section 11): `--http h11` with `h11_max_incomplete_event_size` bounds the
+head (a plain-text 400, and a log line per refusal), but puts the pure-Python parser on every
+request; `--ws websockets` (the library's legacy implementation, deprecated since websockets 14)
+answers pings only as its writes drain, but keeps a client that reads nothing open for good;
+wsproto is not installed. So the relay keeps httptools and websockets-sansio, and these
+subclasses add the bounds (hand-written: no uvicorn option or other package does all of it):
 
 - `BoundedHttpToolsProtocol`: a request line of at most REQUEST_LINE_MAX_BYTES (414), at most
   HEAD_MAX_HEADERS headers and HEAD_MAX_BYTES of head (431), answered as the relay's JSON errors
