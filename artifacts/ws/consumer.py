@@ -74,7 +74,7 @@ MAX_PENDING_LIVE = 1000  # live frames held back while a subscription replays
 # issue-37 measurement: queued at once, 8 non-reading clients of a 48 MiB channel held
 # +512-685 MiB, and a reading one was closed for passing the outbox bound before EOSE).
 REPLAY_WINDOW = 1024 * 1024
-REPLAY_PAGE_BYTES = 256 * 1024
+REPLAY_PAGE_BYTES = 512 * 1024
 REPLAY_FIRST_PAGE = 16
 REPLAY_MIN_PAGE = 16
 REPLAY_MAX_PAGE = 500
