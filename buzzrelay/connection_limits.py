@@ -88,6 +88,29 @@ def _refusal(status: int, code: str, message: str) -> bytes:
     )
 
 
+class _Timer:
+    """At most one pending call of `callback` (the head's deadline, the stall limit)."""
+
+    __slots__ = ("_callback", "_handle")
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self._callback = callback
+        self._handle: asyncio.TimerHandle | None = None
+
+    def start(self, seconds: float) -> None:
+        if self._handle is None:
+            self._handle = asyncio.get_running_loop().call_later(seconds, self._fire)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _fire(self) -> None:
+        self._handle = None
+        self._callback()
+
+
 class _HeadRefused(Exception):
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
@@ -105,21 +128,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._header_count = 0
         self._refused: _HeadRefused | None = None
         self._head_timeout = _seconds("RELAY_HEAD_TIMEOUT_SECONDS", HEAD_TIMEOUT_SECONDS)
-        self._head_timer: asyncio.TimerHandle | None = self.loop.call_later(
-            self._head_timeout, self._head_timed_out
-        )
+        self._head_timer = _Timer(self._head_timed_out)
+        self._head_timer.start(self._head_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_head_timer()
+        self._head_timer.cancel()
         super().connection_lost(exc)
 
-    def _stop_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
     def _head_timed_out(self) -> None:
-        self._head_timer = None
         if self._in_head and not self.transport.is_closing():
             if self._head_bytes:
                 self.transport.write(_refusal(
@@ -161,7 +177,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):  # type: ignore[misc]
 
     def _refuse(self, refused: _HeadRefused) -> None:
         """Answer and close, with no log line: the client's mistake, at any rate it likes."""
-        self._stop_head_timer()
+        self._head_timer.cancel()
         self._in_head = False
         if not self.transport.is_closing():
             self.transport.write(refused.answer)
@@ -174,8 +190,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._in_head = True
         self._url_bytes = 0
         self._header_count = 0
-        if self._head_timer is None:
-            self._head_timer = self.loop.call_later(self._head_timeout, self._head_timed_out)
+        self._head_timer.start(self._head_timeout)
 
     def on_url(self, url: bytes) -> None:
         self._url_bytes += len(url)
@@ -195,7 +210,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):  # type: ignore[misc]
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        self._stop_head_timer()
+        self._head_timer.cancel()
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -206,23 +221,22 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):  # type: ignore[misc]
 class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):  # type: ignore[misc]
     """uvicorn's websockets-sansio protocol that reads only as fast as the client does."""
 
-    _write_paused = False
-    _stall_timer: asyncio.TimerHandle | None = None
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._write_paused = False
+        self._stall_timer = _Timer(self._stalled)
 
     def pause_writing(self) -> None:
         super().pause_writing()
         self._write_paused = True
         # Every frame read may be a ping whose pong lands in the unread buffer.
         self.transport.pause_reading()
-        if self._stall_timer is None:
-            self._stall_timer = self.loop.call_later(
-                _seconds("RELAY_WS_STALL_SECONDS", STALL_SECONDS), self._stalled
-            )
+        self._stall_timer.start(_seconds("RELAY_WS_STALL_SECONDS", STALL_SECONDS))
 
     def resume_writing(self) -> None:
         super().resume_writing()
         self._write_paused = False
-        self._stop_stall_timer()
+        self._stall_timer.cancel()
         if not self.read_paused and not self.transport.is_closing():
             self.transport.resume_reading()
 
@@ -233,16 +247,10 @@ class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):  # type: ignore[misc]
             self.transport.pause_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_stall_timer()
+        self._stall_timer.cancel()
         super().connection_lost(exc)
 
-    def _stop_stall_timer(self) -> None:
-        if self._stall_timer is not None:
-            self._stall_timer.cancel()
-            self._stall_timer = None
-
     def _stalled(self) -> None:
-        self._stall_timer = None
         if self._write_paused and not self.transport.is_closing():
             # A close frame would wait behind the unread ones: drop the connection (and the
             # buffer) at once. The application hears a disconnect (1006).

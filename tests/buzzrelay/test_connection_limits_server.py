@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
+from bench.connection_bounds import flood
 from buzzrelay.connection_limits import HEAD_MAX_BYTES, HEAD_MAX_HEADERS, REQUEST_LINE_MAX_BYTES
 from tests.relay_server import HOST, RelayProcess, start_relay
 
@@ -57,14 +58,8 @@ def _status_and_body(answer: bytes) -> tuple[int, dict[str, str]]:
 
 def _flood(sock: socket.socket, chunk: bytes, total: int) -> int:
     """Send up to `total` bytes of `chunk`s; the bytes the relay took before it stopped reading
-    (send blocked for 1 s) or closed the connection."""
-    sock.settimeout(1)
-    sent = 0
-    try:
-        while sent < total:
-            sent += sock.send(chunk)
-    except (TimeoutError, BrokenPipeError, ConnectionResetError):
-        pass
+    (a send blocked for 1 s) or closed the connection."""
+    sent = flood(sock, chunk, total, stall=1)
     sock.settimeout(10)
     return sent
 
