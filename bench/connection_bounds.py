@@ -10,6 +10,8 @@ in another's), sampling the server process's RSS every 50 ms:
 - replay: a channel of 840 heads of ~60 KB (~48 MiB); 8 authenticated connections REQ it
   (`limit` 1000) and never read, for 5 s; then they close. Figures: RSS growth at the peak and
   5 s after they closed; then one reading client replays it: events received, EOSE, seconds.
+- rps (`--scenarios rps`, needs wrk): NIP-11 requests per second, the cost of each server's
+  request parsing (h11 against httptools and the relay's bounds).
 
 The servers under comparison (`--sides`):
 - `candidate`: this tree's `buzz-admin serve` (buzzrelay/server.py's options);
@@ -273,6 +275,22 @@ def replay(server: Server) -> list[str]:
             f"{time.monotonic() - started:.1f} s"]
 
 
+def throughput(server: Server, runs: int = 3) -> list[str]:
+    """NIP-11 (`GET /info`: a request head parsed, one cached lookup) with wrk: what each
+    server's HTTP parsing costs on the cheapest real answer. Median of `runs` 5 s runs."""
+    import statistics
+
+    from bench._harness import run_wrk
+
+    headers = {"Host": BENCH_HOST, "Accept": "application/nostr+json"}
+    run_wrk(f"{server.url}/info", seconds=2, connections=16, headers=headers)  # warm-up
+    results = [run_wrk(f"{server.url}/info", seconds=5, connections=16, headers=headers)
+               for _ in range(runs)]
+    return [f"{statistics.median(r.requests_per_second for r in results):.0f}",
+            f"{statistics.median(r.p50_ms for r in results):.2f}",
+            str(sum(r.non_2xx + r.errors for r in results))]
+
+
 def start_uvicorn(svc: Services, options: list[str]) -> Server:
     """This tree's application under uvicorn's own command line with `options`."""
     import subprocess
@@ -324,6 +342,8 @@ def main() -> int:
                             rows[scenario].append([side, *header_flood(server)])
                         elif scenario == "ping":
                             rows[scenario].append([side, *ping_flood(server, args.wait_close)])
+                        elif scenario == "rps":
+                            rows[scenario].append([side, *throughput(server)])
                         else:
                             rows[scenario].append([side, *replay(server)])
                     finally:
@@ -332,6 +352,7 @@ def main() -> int:
     headings = {
         "header": ["side", "taken of 25 MiB", "answer", "RSS MiB"],
         "ping": ["side", "taken of 150 MiB", "dropped", "RSS MiB"],
+        "rps": ["side", "NIP-11 requests/s (median of 3)", "p50 ms", "failed"],
         "replay": ["side", f"RSS MiB, {CLIENTS} non-readers", "RSS MiB 5 s after close",
                    "reader events", "reader end", "reader time"],
     }
