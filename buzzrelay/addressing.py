@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from ipaddress import ip_address, ip_network
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = [
     "RequestAddress",
     "client_address",
     "host_error",
+    "host_header_error",
     "host_without_port",
     "parse_host",
     "public_host",
@@ -124,6 +126,7 @@ class HostError(ValueError):
     """A Host (or trusted X-Forwarded-Host) that names no host: the client's mistake (400)."""
 
 
+@lru_cache(maxsize=1024)  # every request parses its Host, and a relay serves few hosts
 def parse_host(value: str) -> tuple[str, int | None]:
     """(host, port) of a Host header value, lowercase: RFC 9110 section 7.2's
     `uri-host [":" port]` in Django's own host syntax (`split_domain_port`: a DNS name, IPv4, or
@@ -142,13 +145,23 @@ def parse_host(value: str) -> tuple[str, int | None]:
 def host_error(address: RequestAddress) -> str | None:
     """Why the request's host is refused (400), or None. RELAY_PUBLIC_URL does not excuse a bad
     Host: the header is the client's, and a refused one is refused everywhere alike."""
-    if address.host_lines > 1:
+    if problem := host_header_error(address.host_lines, address.host):
+        return problem
+    if _from_trusted_proxy(address) and (forwarded := _first(address.forwarded_host)):
+        try:
+            parse_host(forwarded)
+        except HostError as exc:
+            return str(exc)
+    return None
+
+
+def host_header_error(lines: int, host: str) -> str | None:
+    """Why `lines` Host header lines, the first `host`, are refused (400), or None."""
+    if lines > 1:
         return "the request has more than one Host header"
     try:
-        if address.host:
-            parse_host(address.host)
-        if _from_trusted_proxy(address) and (forwarded := _first(address.forwarded_host)):
-            parse_host(forwarded)
+        if host:
+            parse_host(host)
     except HostError as exc:
         return str(exc)
     return None

@@ -37,7 +37,7 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-from buzzrelay.addressing import RequestAddress, host_error
+from buzzrelay.addressing import RequestAddress, host_error, host_header_error
 from buzzrelay.http import CORS_HEADERS
 
 __all__ = [
@@ -266,6 +266,17 @@ _JSON_400 = [(b"content-type", b"application/json"),
              *((name.lower().encode(), value.encode()) for name, value in CORS_HEADERS.items())]
 
 
+def _host_problem(scope: Scope) -> str | None:
+    """`host_error` of the request; without trusted proxies only its Host lines are read (every
+    request passes here: no map of all its headers for one of them)."""
+    from django.conf import settings
+
+    if settings.RELAY_TRUSTED_PROXIES:
+        return host_error(RequestAddress.of_scope(scope))
+    hosts = [value for name, value in scope.get("headers", ()) if name == b"host"]
+    return host_header_error(len(hosts), hosts[0].decode("latin-1") if hosts else "")
+
+
 class HostCheck:
     """ASGI middleware: 400 (JSON) for a request or WebSocket handshake whose Host
     `buzzrelay.addressing.host_error` refuses, on every path."""
@@ -274,9 +285,7 @@ class HostCheck:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket") and (
-            problem := host_error(RequestAddress.of_scope(scope))
-        ):
+        if scope["type"] in ("http", "websocket") and (problem := _host_problem(scope)):
             body = orjson.dumps({"error": "bad_request", "message": problem})
             headers = [*_JSON_400, (b"content-length", b"%d" % len(body))]
             if scope["type"] == "http":
