@@ -100,6 +100,15 @@ WEBSOCKET_SUBSCRIPTIONS = Gauge(
     "buzz_websocket_subscriptions", "Open REQ subscriptions on the WebSocket connections",
     multiprocess_mode="livesum",
 )
+# The staff console's sign-ins (relayinfo.staff): failures by what was wrong (password,
+# second_factor), and refusals of a locked-out account or client address: alert on a rise.
+ADMIN_LOGIN_FAILURES = Counter(
+    "buzz_admin_login_failures", "Staff sign-ins that failed, by what was wrong", ["reason"]
+)
+ADMIN_LOGIN_REFUSALS = Counter(
+    "buzz_admin_login_refusals",
+    "Staff sign-ins refused because the account or client address is locked out",
+)
 HUB_DROPS = Counter(
     "buzz_hub_drops",
     "Live events not delivered (the client is told to run an HTTP round), by cause: lost = "

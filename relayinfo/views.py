@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-from ipaddress import ip_address, ip_network
 from typing import Any
 
 from django.conf import settings
@@ -28,6 +27,7 @@ from buzzrelay.edge.openapi import (
 )
 from buzzrelay.edge.renderers import NOSTR_JSON, Nip11Negotiation, NostrJSONRenderer
 from buzzrelay.edge.views import RelayAPIView
+from buzzrelay.addressing import in_networks
 from buzzrelay.http import (
     client_address,
     json_error,
@@ -149,11 +149,7 @@ def metrics_refusal(request: HttpRequest) -> HttpResponse | None:
         if scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token):
             return None
     allowed = networks or (() if token is not None else LOOPBACK)
-    try:
-        address = ip_address(client_address(request))
-    except ValueError:
-        address = None
-    if address is not None and any(address in ip_network(net) for net in allowed):
+    if in_networks(client_address(request), allowed):
         return None
     if token is not None:
         return json_error(
