@@ -34,6 +34,9 @@ def client_ip(request: HttpRequest) -> str | None:
 
 class ConsoleMiddleware(MiddlewareMixin):
     def process_request(self, request: HttpRequest) -> HttpResponse | None:
+        # Dropped first: the connection's own scheme (one of the rule's inputs) is read through
+        # request.scheme, which would believe it.
+        request.META.pop(SCHEME_META_KEY, None)
         request.META[SCHEME_META_KEY] = public_scheme(request)
         networks: tuple[str, ...] = settings.ADMIN_ALLOWED_NETWORKS
         if (

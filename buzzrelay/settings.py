@@ -382,5 +382,8 @@ LOGGING = {
         "django.security": {
             "handlers": ["console_one_line"], "level": "WARNING", "propagate": False,
         },
+        # django-axes logs two lines per failed sign-in with the account masked; the relay's own
+        # line (relayinfo.staff, logger buzzrelay.console) names account and client once.
+        "axes": {"level": "ERROR"},
     },
 }
