@@ -20,8 +20,8 @@ from django.http import HttpRequest
 __all__ = [
     "RequestAddress",
     "client_address",
-    "in_networks",
     "host_without_port",
+    "in_networks",
     "public_host",
     "public_netloc",
     "public_secure",

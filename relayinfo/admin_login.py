@@ -9,13 +9,13 @@ A wrong code counts as a failed sign-in for the limits (django-axes), like a wro
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import segno
 from django import forms
 from django.contrib import admin
 from django.contrib.admin.forms import AdminAuthenticationForm
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.contrib.auth.signals import user_login_failed
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
@@ -43,7 +43,7 @@ class StaffLoginForm(AdminAuthenticationForm):
                                            reason="password")
             raise
 
-    def confirm_login_allowed(self, user: AbstractBaseUser) -> None:
+    def confirm_login_allowed(self, user: User) -> None:  # type: ignore[override]
         super().confirm_login_allowed(user)  # active staff only
         if not staff.has_second_factor(user):
             return
@@ -74,7 +74,7 @@ def enrol_view(request: HttpRequest) -> HttpResponse:
     """GET: the authenticator's secret (otpauth URI, QR code, text) while none is confirmed.
     POST: the first code confirms it, verifies this session and shows the recovery codes once.
     Reached by any active staff user signed in with a password (admin_site wraps it)."""
-    user = request.user
+    user = cast(User, request.user)  # active staff: admin_site's decorator
     context: dict[str, Any] = {**admin.site.each_context(request), "title": "Second factor"}
     if staff.has_second_factor(user):
         # Replacing a factor is `buzz-admin staff reset-factor`: never this page, which a

@@ -40,7 +40,9 @@ class BuzzAdminSite(admin.AdminSite):
         second factor (django-otp's middleware sets `is_verified`)."""
         if not super().has_permission(request):
             return False
-        return not settings.ADMIN_REQUIRE_2FA or bool(request.user.is_verified())
+        return not settings.ADMIN_REQUIRE_2FA or bool(
+            request.user.is_verified()  # type: ignore[union-attr]
+        )
 
     @method_decorator_never_cache
     def login(

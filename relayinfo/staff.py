@@ -14,8 +14,7 @@ import logging
 from axes.utils import reset as axes_reset
 from django.conf import settings
 from django.contrib import admin
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -69,11 +68,11 @@ def lockout_response(
     return render(request, "admin/buzz_locked_out.html", context, status=429)
 
 
-def has_second_factor(user: AbstractBaseUser) -> bool:
+def has_second_factor(user: User) -> bool:
     return any(True for _ in devices_for_user(user, confirmed=True))
 
 
-def verify_second_factor(user: AbstractBaseUser, token: str) -> Device | None:
+def verify_second_factor(user: User, token: str) -> Device | None:
     """The confirmed device that accepts `token` (a TOTP code, or a recovery code, which is
     used up), or None. django-otp throttles each device's failures itself."""
     token = "".join(token.split())
@@ -83,7 +82,7 @@ def verify_second_factor(user: AbstractBaseUser, token: str) -> Device | None:
     return device
 
 
-def pending_totp_device(user: AbstractBaseUser) -> TOTPDevice:
+def pending_totp_device(user: User) -> TOTPDevice:
     """The user's TOTP device waiting for its first code (made on first use): its secret is
     what the enrolment page shows until a code confirms it."""
     device, _ = TOTPDevice.objects.get_or_create(user=user, confirmed=False,
@@ -91,7 +90,7 @@ def pending_totp_device(user: AbstractBaseUser) -> TOTPDevice:
     return device
 
 
-def confirm_totp_device(*, user: AbstractBaseUser, token: str) -> tuple[TOTPDevice, list[str]]:
+def confirm_totp_device(*, user: User, token: str) -> tuple[TOTPDevice, list[str]]:
     """Confirm the pending TOTP device with a code from the authenticator, and issue fresh
     recovery codes (returned once, in clear). Raises ValueError when the code is wrong.
 
@@ -107,7 +106,7 @@ def confirm_totp_device(*, user: AbstractBaseUser, token: str) -> tuple[TOTPDevi
         return device, replace_recovery_codes(user=user)
 
 
-def replace_recovery_codes(*, user: AbstractBaseUser) -> list[str]:
+def replace_recovery_codes(*, user: User) -> list[str]:
     """RECOVERY_CODES new single-use codes; the previous ones stop working."""
     with transaction.atomic():
         StaticDevice.objects.filter(user=user).delete()
@@ -117,10 +116,10 @@ def replace_recovery_codes(*, user: AbstractBaseUser) -> list[str]:
         return codes
 
 
-def staff_user(username: str) -> AbstractBaseUser:
+def staff_user(username: str) -> User:
     try:
-        user: AbstractBaseUser = get_user_model()._default_manager.get_by_natural_key(username)
-    except get_user_model().DoesNotExist:
+        user: User = User.objects.get_by_natural_key(username)
+    except User.DoesNotExist:
         raise UnknownStaffUser(f"no user named {username!r}") from None
     return user
 

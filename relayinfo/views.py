@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from artifacts.ws.dbcall import run_db
+from buzzrelay.addressing import in_networks
 from buzzrelay.edge.openapi import (
     COMMON_ERRORS,
     JSON,
@@ -27,7 +28,6 @@ from buzzrelay.edge.openapi import (
 )
 from buzzrelay.edge.renderers import NOSTR_JSON, Nip11Negotiation, NostrJSONRenderer
 from buzzrelay.edge.views import RelayAPIView
-from buzzrelay.addressing import in_networks
 from buzzrelay.http import (
     client_address,
     json_error,

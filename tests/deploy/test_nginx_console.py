@@ -14,8 +14,13 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 
-from tests.deploy.nginx import PUBLIC_HOST, NginxProcess, PublicEndpoint, self_signed_certificate
-from tests.deploy.nginx import start_nginx
+from tests.deploy.nginx import (
+    PUBLIC_HOST,
+    NginxProcess,
+    PublicEndpoint,
+    self_signed_certificate,
+    start_nginx,
+)
 from tests.relay_server import start_relay
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

@@ -12,12 +12,12 @@ import re
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 from axes.models import AccessAttempt
 from django.contrib.auth.models import User
 from django.core.management import call_command
-from django.http import HttpResponse
 from django.test import Client, override_settings
 from django_otp.oath import TOTP
 from django_otp.plugins.otp_static.models import StaticDevice
@@ -38,11 +38,9 @@ def staff() -> User:
 
 
 def sign_in(client: Client, username: str, password: str, token: str = "",
-            **headers: str) -> HttpResponse:
-    response: HttpResponse = client.post(
-        LOGIN, {"username": username, "password": password, "otp_token": token,
-                "next": "/admin/"}, **headers)
-    return response
+            **headers: Any) -> Any:
+    return client.post(LOGIN, {"username": username, "password": password, "otp_token": token,
+                               "next": "/admin/"}, **headers)
 
 
 def refusals() -> float:
