@@ -109,6 +109,9 @@ ADMIN_LOGIN_REFUSALS = Counter(
     "buzz_admin_login_refusals",
     "Staff sign-ins refused because the account or client address is locked out",
 )
+# Bound once, so both reasons are exported (at 0) before the first failure.
+ADMIN_LOGIN_FAILED_PASSWORD = ADMIN_LOGIN_FAILURES.labels("password")
+ADMIN_LOGIN_FAILED_SECOND_FACTOR = ADMIN_LOGIN_FAILURES.labels("second_factor")
 HUB_DROPS = Counter(
     "buzz_hub_drops",
     "Live events not delivered (the client is told to run an HTTP round), by cause: lost = "

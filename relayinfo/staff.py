@@ -24,7 +24,11 @@ from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from buzzrelay.http import client_address
-from relayinfo.metrics import ADMIN_LOGIN_FAILURES, ADMIN_LOGIN_REFUSALS
+from relayinfo.metrics import (
+    ADMIN_LOGIN_FAILED_PASSWORD,
+    ADMIN_LOGIN_FAILED_SECOND_FACTOR,
+    ADMIN_LOGIN_REFUSALS,
+)
 
 logger = logging.getLogger("buzzrelay.console")
 
@@ -39,7 +43,9 @@ class UnknownStaffUser(LookupError):
 
 def record_login_failure(request: HttpRequest, *, username: str, reason: str) -> None:
     """One line and one count per failed sign-in (`reason`: password or second_factor)."""
-    ADMIN_LOGIN_FAILURES.labels(reason).inc()
+    counter = ADMIN_LOGIN_FAILED_PASSWORD if reason == "password" else (
+        ADMIN_LOGIN_FAILED_SECOND_FACTOR)
+    counter.inc()
     logger.warning("staff sign-in failed: %s wrong (account %r, client %s)",
                    reason.replace("_", " "), username[:150], client_address(request))
 
