@@ -19,6 +19,7 @@ from django.contrib.auth.models import User
 from django.contrib.auth.signals import user_login_failed
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django_otp import login as otp_login
 
@@ -76,12 +77,23 @@ def enrol_view(request: HttpRequest) -> HttpResponse:
     Reached by any active staff user signed in with a password (admin_site wraps it)."""
     user = cast(User, request.user)  # active staff: admin_site's decorator
     context: dict[str, Any] = {**admin.site.each_context(request), "title": "Second factor"}
+    form = TokenForm(request.POST or None)
     if staff.has_second_factor(user):
         # Replacing a factor is `buzz-admin staff reset-factor`: never this page, which a
-        # password alone reaches.
-        context["enrolled"] = True
+        # password (or a Nostr key) alone reaches. A session signed in without the code (the
+        # Nostr sign-in) gives it here.
+        context.update(enrolled=True, form=form)
+        if request.method == "POST" and form.is_valid():
+            device = staff.verify_second_factor(user, form.cleaned_data["otp_token"])
+            if device is not None:
+                otp_login(request, device)
+                return redirect("admin:index")
+            staff.record_login_failure(request, username=user.get_username(),
+                                       reason="second_factor")
+            user_login_failed.send(sender=__name__, request=request,
+                                   credentials={"username": user.get_username()})
+            form.add_error("otp_token", "That code does not match.")
         return TemplateResponse(request, "admin/buzz_two_factor.html", context)
-    form = TokenForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
             device, codes = staff.confirm_totp_device(user=user,

@@ -21,6 +21,7 @@ from django.utils.decorators import method_decorator
 from django.views.decorators.cache import never_cache
 
 from relayinfo.admin_login import StaffLoginForm, enrol_view
+from relayinfo.nostr_login import nostr_login_view
 
 ENROL_URL_NAME = "two_factor"
 
@@ -77,7 +78,9 @@ class BuzzAdminSite(admin.AdminSite):
             never_cache(staff_member_required(enrol_view, login_url="admin:login")),
             name=ENROL_URL_NAME,
         )
-        return [page, enrol, *super().get_urls()]
+        # Anyone (it signs in); POST under the CSRF middleware like the login form.
+        nostr = path("nostr-login/", never_cache(nostr_login_view), name="nostr_login")
+        return [page, enrol, nostr, *super().get_urls()]
 
     def index(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

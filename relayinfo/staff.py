@@ -25,10 +25,12 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from buzzrelay.http import client_address
 from relayinfo.metrics import (
+    ADMIN_LOGIN_FAILED_NOSTR_KEY,
     ADMIN_LOGIN_FAILED_PASSWORD,
     ADMIN_LOGIN_FAILED_SECOND_FACTOR,
     ADMIN_LOGIN_REFUSALS,
 )
+from relayinfo.models import StaffNostrKey
 
 logger = logging.getLogger("buzzrelay.console")
 
@@ -37,15 +39,21 @@ TOTP_NAME = "authenticator"
 RECOVERY_NAME = "recovery codes"
 
 
+FAILURE_COUNTERS = {
+    "password": ADMIN_LOGIN_FAILED_PASSWORD,
+    "second_factor": ADMIN_LOGIN_FAILED_SECOND_FACTOR,
+    "nostr_key": ADMIN_LOGIN_FAILED_NOSTR_KEY,
+}
+
+
 class UnknownStaffUser(LookupError):
     pass
 
 
 def record_login_failure(request: HttpRequest, *, username: str, reason: str) -> None:
-    """One line and one count per failed sign-in (`reason`: password or second_factor)."""
-    counter = ADMIN_LOGIN_FAILED_PASSWORD if reason == "password" else (
-        ADMIN_LOGIN_FAILED_SECOND_FACTOR)
-    counter.inc()
+    """One line and one count per failed sign-in (`reason`: password, second_factor or
+    nostr_key)."""
+    FAILURE_COUNTERS[reason].inc()
     logger.warning("staff sign-in failed: %s wrong (account %r, client %s)",
                    reason.replace("_", " "), username[:150], client_address(request))
 
@@ -156,3 +164,24 @@ def unlock(*, username: str | None = None, address: str | None = None) -> int:
     logger.warning("staff sign-in unlocked (account %r, client %s, %d records)", username,
                    address, removed)
     return removed
+
+
+def staff_user_of_pubkey(pubkey: str) -> User | None:
+    """The active staff user `pubkey` signs in as, or None. Only StaffNostrKey maps a key to
+    staff: being a community's admin grants nothing here."""
+    mapping = StaffNostrKey.objects.select_related("user").filter(pubkey=pubkey).first()
+    if mapping is None or not (mapping.user.is_active and mapping.user.is_staff):
+        return None
+    return mapping.user
+
+
+def set_nostr_key(*, username: str, pubkey: str | None) -> None:
+    """Let `username` sign in with `pubkey` (64 hex, validated by the caller), replacing any
+    key it had; None removes it."""
+    user = staff_user(username)
+    with transaction.atomic():
+        StaffNostrKey.objects.filter(user=user).delete()
+        if pubkey is not None:
+            StaffNostrKey.objects.create(user=user, pubkey=pubkey)
+    logger.warning("staff Nostr key %s (account %r%s)", "set" if pubkey else "removed", username,
+                   f", pubkey {pubkey}" if pubkey else "")

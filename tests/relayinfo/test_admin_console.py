@@ -7,6 +7,7 @@ tests/relayinfo/test_admin_console_browser.py; cookies behind nginx tests/deploy
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import subprocess
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 from axes.models import AccessAttempt
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client, override_settings
@@ -23,6 +25,10 @@ from django_otp.oath import TOTP
 from django_otp.plugins.otp_static.models import StaticDevice
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
+from artifacts.models import Community
+from nostr.nip98 import make_nip98_header
+from relayinfo.models import StaffNostrKey
+from tests.factories import make_key
 from tests.relay_server import ROOT
 
 pytestmark = pytest.mark.django_db
@@ -213,3 +219,75 @@ def test_check_deploy_is_clean_under_the_production_settings() -> None:
         )
         assert result.returncode == 0, result.stdout + result.stderr
         assert "no issues" in result.stdout
+
+
+NOSTR_LOGIN = "/admin/nostr-login/"
+
+
+def challenge_page(client: Client) -> tuple[str, str]:
+    """(the URL to sign, the path to POST to), as the page's script has them (escapejs)."""
+    page = client.get(NOSTR_LOGIN).content.decode()
+    signed = re.search(r'\["u", "([^"]+)"\]', page)
+    path = re.search(r'fetch\("([^"]+)"', page)
+    assert signed and path
+    return json.loads(f'"{signed.group(1)}"'), json.loads(f'"{path.group(1)}"')
+
+
+def nostr_sign_in(client: Client, secret: str, *, tamper: bool = False) -> Any:
+    """What the page's script does with a NIP-07 signer: sign the page's challenge URL (a
+    NIP-98 event) and POST to it."""
+    url, post_path = challenge_page(client)
+    header = make_nip98_header(secret, url=url + ("x" if tamper else ""), method="POST")
+    return client.post(post_path, HTTP_AUTHORIZATION=header)
+
+
+def test_nostr_sign_in_maps_a_key_to_its_staff_user_and_nothing_else(
+    staff: User, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key, community_admin = make_key(), make_key()
+    Community.objects.create(host="team.example", name="Team",
+                             admin_pubkeys=[community_admin.pubkey])
+    call_command("staff", "nostr-key", "operator", "--pubkey", key.pubkey.upper())
+    assert StaffNostrKey.objects.get().pubkey == key.pubkey
+    client = Client()
+    answer = nostr_sign_in(client, key.secret)
+    assert answer.status_code == 200 and answer.json() == {"next": "/admin/"}
+    assert client.get("/admin/relayinfo/readiness/").status_code == 200
+    # A community's admin key is no staff account; a URL other than the challenge's fails.
+    refused = nostr_sign_in(Client(), community_admin.secret)
+    assert refused.status_code == 403 and refused.json()["error"] == "forbidden"
+    assert nostr_sign_in(Client(), key.secret, tamper=True).status_code == 401
+    # The challenge is used up by the first POST: the same event again is refused.
+    replayer = Client()
+    url, post_path = challenge_page(replayer)
+    assert url == f"http://testserver{post_path}"
+    header = make_nip98_header(key.secret, url=url, method="POST")
+    assert replayer.post(post_path, HTTP_AUTHORIZATION=header).status_code == 200
+    again = Client()
+    again.cookies = replayer.cookies
+    assert again.post(post_path, HTTP_AUTHORIZATION=header).json()["error"] == "bad_challenge"
+    # The password's limits hold: a locked account is refused with its key too.
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        sign_in(Client(REMOTE_ADDR="198.51.100.9"), "operator", "guess")
+    assert nostr_sign_in(Client(), key.secret).status_code == 429
+    call_command("staff", "nostr-key", "operator", "--remove")
+    assert not StaffNostrKey.objects.exists()
+    with pytest.raises(SystemExit):
+        call_command("staff", "nostr-key", "operator", "--pubkey", "npub1xyz")
+
+
+@override_settings(ADMIN_REQUIRE_2FA=True)
+def test_nostr_sign_in_still_asks_for_the_second_factor(staff: User) -> None:
+    key = make_key()
+    StaffNostrKey.objects.create(user=staff, pubkey=key.pubkey)
+    device = TOTPDevice.objects.create(user=staff, name="authenticator", confirmed=True)
+    client = Client()
+    assert nostr_sign_in(client, key.secret).status_code == 200
+    assert client.get("/admin/").status_code == 302
+    assert client.get(LOGIN)["Location"] == ENROL
+    assert b'id="verify-form"' in client.get(ENROL).content
+    assert b"does not match" in client.post(ENROL, {"otp_token": "12"}).content
+    code = base64.b32encode(device.bin_key).decode()
+    verified = client.post(ENROL, {"otp_token": totp_code(code)})
+    assert verified.status_code == 302 and verified["Location"] == "/admin/"
+    assert client.get("/admin/").status_code == 200

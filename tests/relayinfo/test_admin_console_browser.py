@@ -5,7 +5,10 @@ an allow-list, and a trusted proxy rule. One test, because every relay start cos
 The failed sign-ins made on the first instance lock the account on the second (django-axes'
 rows in PostgreSQL, not process memory), until `buzz-admin staff unlock`; then the staff member
 enrols a TOTP authenticator from the page, gets recovery codes, and signs in on the other
-instance with password and code. A client outside ADMIN_ALLOWED_NETWORKS gets a 404."""
+instance with password and code. A client outside ADMIN_ALLOWED_NETWORKS gets a 404. Last, a
+browser whose NIP-07 signer (a test signer: `window.nostr` backed by the suite's own signing)
+holds the staff member's linked key signs in with it, and gives a recovery code as the second
+factor."""
 
 from __future__ import annotations
 
@@ -17,9 +20,13 @@ import time
 from typing import Any
 
 import httpx
+import orjson
 from django.contrib.auth.models import User
 from django_otp.oath import TOTP
 
+from nostr.events import sign
+from relayinfo.models import StaffNostrKey
+from tests.factories import Key, make_key
 from tests.relay_server import ROOT, RelayProcess, start_relay
 from tests.relayinfo.conftest import transactional
 from tests.relayinfo.test_admin import chromium
@@ -60,13 +67,16 @@ def _refusals(relay: RelayProcess) -> float:
 
 
 def test_lockout_across_workers_and_instances_unlock_totp_and_allow_list_in_chromium() -> None:
-    User.objects.create_user("operator", password=PASSWORD, is_staff=True)
+    user = User.objects.create_user("operator", password=PASSWORD, is_staff=True)
+    key = make_key()
+    StaffNostrKey.objects.create(user=user, pubkey=key.pubkey)
     first = start_relay(ENV, workers=2)
     second = None
     try:
         second = start_relay(ENV)
         with chromium() as browser:
-            _drive(browser, first, second)
+            codes = _drive(browser, first, second)
+            _nostr_sign_in(browser, first, key, codes[0])
     finally:
         for relay in (first, second):
             if relay is not None:
@@ -75,7 +85,7 @@ def test_lockout_across_workers_and_instances_unlock_totp_and_allow_list_in_chro
         second.log())
 
 
-def _drive(browser: Any, first: RelayProcess, second: RelayProcess) -> None:
+def _drive(browser: Any, first: RelayProcess, second: RelayProcess) -> list[str]:
     page = browser.new_page()
     # Ten wrong passwords on the first instance (either of its workers answers each).
     statuses = [_sign_in(page, first.url, f"guess {n}").status for n in range(10)]
@@ -100,7 +110,8 @@ def _drive(browser: Any, first: RelayProcess, second: RelayProcess) -> None:
     page.fill("#id_otp_token", _code(secret))
     page.click("#enrol-form input[type=submit]")
     page.wait_for_selector("#recovery-codes")
-    assert page.locator("#recovery-codes li").count() == 10
+    codes = page.locator("#recovery-codes li").all_inner_texts()
+    assert len(codes) == 10
     page.goto(f"{second.url}/admin/")
     assert page.locator("#readiness-verdict").is_visible()
     page.close()
@@ -118,3 +129,40 @@ def _drive(browser: Any, first: RelayProcess, second: RelayProcess) -> None:
     answer = outside.new_page().goto(f"{first.url}/admin/login/")
     assert answer.status == 404 and answer.json()["error"] == "not_found"
     outside.close()
+    return codes
+
+
+# A NIP-07 signer for the page: window.nostr's two calls, answered by the test's Python.
+SIGNER = """
+window.nostr = {
+  getPublicKey: async () => await window.testSignerPubkey(),
+  signEvent: async (event) => JSON.parse(await window.testSignerSign(JSON.stringify(event))),
+};
+"""
+
+
+def _nostr_sign_in(browser: Any, relay: RelayProcess, key: Key, recovery_code: str) -> None:
+    context = browser.new_context()
+    signed: list[dict[str, Any]] = []
+
+    def sign_for_page(template: str) -> str:
+        event = orjson.loads(template)
+        signed.append(event)
+        return sign(key.secret, kind=event["kind"], tags=event["tags"],
+                    content=event["content"], created_at=event["created_at"]).raw
+
+    context.expose_function("testSignerPubkey", lambda: key.pubkey)
+    context.expose_function("testSignerSign", sign_for_page)
+    context.add_init_script(SIGNER)
+    page = context.new_page()
+    page.goto(f"{relay.url}/admin/login/")
+    page.click("#nostr-login-link")
+    page.click("#nostr-sign-in")
+    # Signed in by the key; ADMIN_REQUIRE_2FA still asks for the second factor.
+    page.wait_for_selector("#verify-form")
+    assert signed[0]["kind"] == 27235 and ["method", "POST"] in signed[0]["tags"]
+    page.fill("#id_otp_token", recovery_code)
+    page.click("#verify-form input[type=submit]")
+    page.wait_for_url(f"{relay.url}/admin/")
+    assert page.locator("#readiness-verdict").is_visible()
+    context.close()
