@@ -238,7 +238,7 @@ def nostr_sign_in(client: Client, secret: str, *, tamper: bool = False) -> Any:
     NIP-98 event) and POST to it."""
     url, post_path = challenge_page(client)
     header = make_nip98_header(secret, url=url + ("x" if tamper else ""), method="POST")
-    return client.post(post_path, HTTP_AUTHORIZATION=header)
+    return client.generic("POST", post_path, b"", HTTP_AUTHORIZATION=header)
 
 
 def test_nostr_sign_in_maps_a_key_to_its_staff_user_and_nothing_else(
@@ -262,10 +262,11 @@ def test_nostr_sign_in_maps_a_key_to_its_staff_user_and_nothing_else(
     url, post_path = challenge_page(replayer)
     assert url == f"http://testserver{post_path}"
     header = make_nip98_header(key.secret, url=url, method="POST")
-    assert replayer.post(post_path, HTTP_AUTHORIZATION=header).status_code == 200
+    assert replayer.generic("POST", post_path, b"", HTTP_AUTHORIZATION=header).status_code == 200
     again = Client()
     again.cookies = replayer.cookies
-    assert again.post(post_path, HTTP_AUTHORIZATION=header).json()["error"] == "bad_challenge"
+    replayed = again.generic("POST", post_path, b"", HTTP_AUTHORIZATION=header)
+    assert replayed.json()["error"] == "bad_challenge"
     # The password's limits hold: a locked account is refused with its key too.
     for _ in range(settings.AXES_FAILURE_LIMIT):
         sign_in(Client(REMOTE_ADDR="198.51.100.9"), "operator", "guess")
@@ -286,8 +287,13 @@ def test_nostr_sign_in_still_asks_for_the_second_factor(staff: User) -> None:
     assert client.get("/admin/").status_code == 302
     assert client.get(LOGIN)["Location"] == ENROL
     assert b'id="verify-form"' in client.get(ENROL).content
-    assert b"does not match" in client.post(ENROL, {"otp_token": "12"}).content
     code = base64.b32encode(device.bin_key).decode()
     verified = client.post(ENROL, {"otp_token": totp_code(code)})
     assert verified.status_code == 302 and verified["Location"] == "/admin/"
     assert client.get("/admin/").status_code == 200
+    # A wrong code verifies nothing (and counts as a failed sign-in).
+    other = Client()
+    assert nostr_sign_in(other, key.secret).status_code == 200
+    assert b"does not match" in other.post(ENROL, {"otp_token": "12"}).content
+    assert other.get("/admin/").status_code == 302
+    assert AccessAttempt.objects.get(username="operator").failures_since_start == 1
