@@ -18,8 +18,7 @@ from tests.deploy.nginx import (
     PUBLIC_HOST,
     NginxProcess,
     PublicEndpoint,
-    self_signed_certificate,
-    start_nginx,
+    in_front_of,
 )
 from tests.relay_server import start_relay
 
@@ -36,17 +35,8 @@ def console(tmp_path: Path) -> Iterator[tuple[PublicEndpoint, NginxProcess]]:
         "RELAY_HSTS_SECONDS": "3600",
         "ADMIN_ALLOWED_NETWORKS": "127.0.0.1/32",
     })
-    tls = self_signed_certificate(tmp_path)
-    try:
-        proxy = start_nginx(tmp_path, upstreams=[relay.port], tls=tls)
-    except BaseException:
-        relay.stop()
-        raise
-    try:
+    with in_front_of(relay, tmp_path) as (proxy, tls):
         yield PublicEndpoint(tls, proxy.https_port), proxy
-    finally:
-        proxy.stop()
-        relay.stop()
 
 
 def _cookie(response: httpx.Response, name: str) -> tuple[str, set[str]]:

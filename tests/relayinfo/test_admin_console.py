@@ -86,6 +86,24 @@ def test_ten_wrong_passwords_lock_the_account_until_a_staff_member_unlocks_it(
     assert answer.status_code == 302 and answer["Location"] == "/admin/"
 
 
+def test_a_staff_member_unlocks_an_account_in_the_admin(staff: User) -> None:
+    for _ in range(10):
+        sign_in(Client(), "operator", "guess")
+    assert sign_in(Client(), "operator", PASSWORD).status_code == 429
+    colleague = User.objects.create_superuser("colleague", password=PASSWORD)
+    admin = Client(REMOTE_ADDR="198.51.100.20")
+    assert sign_in(admin, "colleague", PASSWORD).status_code == 302
+    attempts = "/admin/axes/accessattempt/"
+    assert b"operator" in admin.get(attempts).content
+    ids = [str(pk) for pk in AccessAttempt.objects.values_list("pk", flat=True)]
+    confirmed = admin.post(attempts, {"action": "delete_selected", "_selected_action": ids,
+                                      "post": "yes"})
+    assert confirmed.status_code == 302 and not AccessAttempt.objects.filter(
+        username="operator").exists()
+    assert sign_in(Client(), "operator", PASSWORD).status_code == 302
+    assert colleague.is_staff
+
+
 @override_settings(RELAY_TRUSTED_PROXIES=("127.0.0.1/32",))
 def test_failures_from_one_client_address_lock_that_address_behind_the_trusted_proxy(
     staff: User,
