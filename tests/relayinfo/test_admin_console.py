@@ -38,6 +38,13 @@ ENROL = "/admin/two-factor/"
 PASSWORD = "correct horse"
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashes(settings: Any) -> None:
+    """Dozens of sign-ins per test: Django's PBKDF2 (over a million rounds, about a second on a
+    busy CI core) would be most of this file's time, and none of what it tests."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def staff() -> User:
     return User.objects.create_user("operator", password=PASSWORD, is_staff=True)
