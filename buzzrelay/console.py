@@ -7,6 +7,10 @@
   on every request, after dropping whatever a client sent under the same name.
 - ADMIN_ALLOWED_NETWORKS: outside them `/admin/` answers the relay's ordinary 404, as if there
   were no console, before a session is read or a login form rendered.
+
+Cost: about 20 us a request (RequestFactory, this 2-core machine); the address facts it reads
+are cached on the request, where the relay's own views read them again for nothing. The API's
+hot paths (the front door) do not pass through Django's middleware at all.
 """
 
 from __future__ import annotations
