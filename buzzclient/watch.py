@@ -1,4 +1,5 @@
-"""``buzz-sync --watch``: rounds triggered by live WebSocket events, or by a poll timer.
+"""``buzz-sync --watch``: rounds triggered by live WebSocket events (revisions, markers and
+redactions), or by a poll timer.
 
 PROTOCOL.md section 8: the live stream is a view, not a sync log, so a live event is only a hint
 that something changed; the collection itself only ever changes through an HTTP round, which
@@ -23,12 +24,14 @@ from websockets.sync.client import ClientConnection, connect
 from buzzclient.backoff import RetryPolicy
 from buzzclient.errors import SyncError, Unauthorized, UnknownCommunity
 from buzzclient.sync import Round, RoundSummary, Syncer
-from nostr.kinds import SYNC_KINDS
+from nostr.kinds import KIND_REDACTION, SYNC_KINDS
 from nostr.nip42 import make_auth
 
 logger = logging.getLogger("buzzclient")
 
-LIVE_KINDS = list(SYNC_KINDS)
+# Redactions too (PROTOCOL.md section 8): a redacted artifact leaves the collection in the
+# round its 9005 triggers. Access changes need no kind: they arrive as NOTICE or CLOSED.
+LIVE_KINDS = [*SYNC_KINDS, KIND_REDACTION]
 MAX_TAG_VALUES = 256  # PROTOCOL.md section 5 bounds tag values per filter; REQ filters alike
 SESSION_TIMEOUT = 10.0
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.conf import settings
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.test import Client
 
-from artifacts.models import Channel, ChannelMember, Community
+from artifacts.models import Channel, ChannelMember, Community, Event
 from tests.factories import add_member, make_channel, make_community, make_key
 
 
@@ -189,4 +190,9 @@ def test_member_removal_action_stamps_and_is_logged(
     assert row.removed_at is not None and row.sync_modified_at > stamp
     entry = LogEntry.objects.get(object_id=str(row.pk))
     assert entry.user.username == "admin" and entry.action_flag == CHANGE
-    assert entry.get_change_message() == "Removed the member from the channel."
+    # A staff action: the entry names the staff user and the relay-signed 9001 it stored.
+    removal = Event.objects.get(community=community, kind=9001)
+    assert removal.pubkey == settings.RELAY_PUBKEY
+    assert entry.get_change_message() == (
+        f"Removed the member from the channel (relay-signed 9001 {removal.event_id})."
+    )
