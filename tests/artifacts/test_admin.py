@@ -196,3 +196,8 @@ def test_member_removal_action_stamps_and_is_logged(
     assert entry.get_change_message() == (
         f"Removed the member from the channel (relay-signed 9001 {removal.event_id})."
     )
+    # The object's history page shows it: the staff user and the relay-signed event.
+    history = admin_client.get(f"/admin/artifacts/channelmember/{row.pk}/history/")
+    assert history.status_code == 200
+    page = history.content.decode()
+    assert removal.event_id in page and ">admin<" in page

@@ -14,7 +14,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
 
+from artifacts.models import ArtifactHead, Channel, ChannelMember
 from buzzclient import RetryPolicy, Syncer
 from buzzclient.errors import SyncError
 from buzzclient.sync import RoundSummary
@@ -22,6 +25,7 @@ from buzzclient.watch import watch
 from nostr.schnorr import generate_secret
 from tests.buzzclient.fake_relay import serve
 from tests.buzzclient.world import World
+from tests.factories import make_channel
 from tests.relay_server import ROOT, RelayProcess
 
 
@@ -120,3 +124,48 @@ def test_live_events_trigger_rounds(relay_server: RelayProcess, tmp_path: Path) 
         rf"^buzz-sync: \d\d:\d\d:\d\d live stream subscribed \({ws_url}, every readable "
         r"channel\): waiting for changes, with a poll every 600 s as a safety net$", status, re.M
     ), status
+
+
+@pytest.mark.django_db(transaction=True)
+def test_console_actions_trigger_rounds(relay_server: RelayProcess, tmp_path: Path) -> None:
+    """A console redaction, member removal and channel deletion (relay-signed staff actions,
+    PROTOCOL.md section 2) each start a round before the 600 s poll, as a person's would: the
+    redaction as a live 9005, the others as the access hints of section 8."""
+    world = World()
+    kept = world.create(world.open_h, 2)
+    world.create(world.member_h)
+    doomed_h = make_channel(world.community, owner=world.alice, name="doomed")
+    world.create(doomed_h)
+    staff = Client()
+    staff.force_login(User.objects.create_superuser("operator", password="correct horse"))
+    key_file = tmp_path / "bob.key"
+    key_file.write_text(world.bob.secret)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "buzzclient.cli", "--relay", relay_server.url, "--key-file",
+         str(key_file), "--db", str(tmp_path / "w.sqlite"), "--watch", "--interval", "600"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_lines, args=(child.stdout, lines), daemon=True).start()
+
+    def console(path: str, action: str, pk: int) -> None:
+        response = staff.post(path, {"action": action, "_selected_action": [pk], "index": 0})
+        assert response.status_code == 302
+
+    try:
+        _next_summary(lines, "+4 added", timeout=30)
+        time.sleep(3)
+        _drain(lines)
+        head = ArtifactHead.objects.get(community=world.community, artifact_id=kept[0])
+        console("/admin/artifacts/artifacthead/", "redact_heads", head.pk)
+        assert "-1 removed" in _next_summary(lines, "round:", timeout=10)[-1]
+        member = ChannelMember.objects.get(community=world.community,
+                                           channel_id=world.member_h, pubkey=world.bob.pubkey)
+        console("/admin/artifacts/channelmember/", "remove_members", member.pk)
+        assert "-1 removed" in _next_summary(lines, "-1 removed", timeout=10)[-1]
+        channel = Channel.objects.get(community=world.community, channel_id=doomed_h)
+        console("/admin/artifacts/channel/", "channel_delete", channel.pk)
+        assert "-1 removed" in _next_summary(lines, "-1 removed", timeout=10)[-1]
+    finally:
+        child.terminate()
+        child.wait(10)
