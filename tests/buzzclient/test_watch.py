@@ -14,7 +14,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from artifacts.models import ArtifactHead, Channel, ChannelMember
@@ -56,6 +55,23 @@ def test_without_live_sync_it_polls_and_rides_out_errors(tmp_path: Path) -> None
         assert not thread.is_alive()
 
 
+def _watching(
+    relay_server: RelayProcess, tmp_path: Path, world: World
+) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+    """A `buzz-sync --watch` of bob's whose poll (600 s) is far too slow to deliver a change,
+    and the lines of its standard output."""
+    key_file = tmp_path / "bob.key"
+    key_file.write_text(world.bob.secret)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "buzzclient.cli", "--relay", relay_server.url, "--key-file",
+         str(key_file), "--db", str(tmp_path / "w.sqlite"), "--watch", "--interval", "600"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_lines, args=(child.stdout, lines), daemon=True).start()
+    return child, lines
+
+
 def _lines(stream: object, into: queue.Queue[str]) -> None:
     for line in stream:  # type: ignore[attr-defined]
         into.put(line.rstrip("\n"))
@@ -87,15 +103,7 @@ def _drain(lines: queue.Queue[str]) -> list[str]:
 def test_live_events_trigger_rounds(relay_server: RelayProcess, tmp_path: Path) -> None:
     world = World()
     world.create(world.open_h, 3)
-    key_file = tmp_path / "bob.key"
-    key_file.write_text(world.bob.secret)
-    child = subprocess.Popen(
-        [sys.executable, "-m", "buzzclient.cli", "--relay", relay_server.url, "--key-file",
-         str(key_file), "--db", str(tmp_path / "w.sqlite"), "--watch", "--interval", "600"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_lines, args=(child.stdout, lines), daemon=True).start()
+    child, lines = _watching(relay_server, tmp_path, world)
     try:
         _next_summary(lines, "+3 added", timeout=30)
         # Startup: the live subscription's own round comes and goes; after that only a live
@@ -127,7 +135,9 @@ def test_live_events_trigger_rounds(relay_server: RelayProcess, tmp_path: Path) 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_console_actions_trigger_rounds(relay_server: RelayProcess, tmp_path: Path) -> None:
+def test_console_actions_trigger_rounds(
+    relay_server: RelayProcess, tmp_path: Path, admin_client: Client
+) -> None:
     """A console redaction, member removal and channel deletion (relay-signed staff actions,
     PROTOCOL.md section 2) each start a round before the 600 s poll, as a person's would: the
     redaction as a live 9005, the others as the access hints of section 8."""
@@ -136,20 +146,11 @@ def test_console_actions_trigger_rounds(relay_server: RelayProcess, tmp_path: Pa
     world.create(world.member_h)
     doomed_h = make_channel(world.community, owner=world.alice, name="doomed")
     world.create(doomed_h)
-    staff = Client()
-    staff.force_login(User.objects.create_superuser("operator", password="correct horse"))
-    key_file = tmp_path / "bob.key"
-    key_file.write_text(world.bob.secret)
-    child = subprocess.Popen(
-        [sys.executable, "-m", "buzzclient.cli", "--relay", relay_server.url, "--key-file",
-         str(key_file), "--db", str(tmp_path / "w.sqlite"), "--watch", "--interval", "600"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_lines, args=(child.stdout, lines), daemon=True).start()
+    child, lines = _watching(relay_server, tmp_path, world)
 
     def console(path: str, action: str, pk: int) -> None:
-        response = staff.post(path, {"action": action, "_selected_action": [pk], "index": 0})
+        response = admin_client.post(path, {"action": action, "_selected_action": [pk],
+                                            "index": 0})
         assert response.status_code == 302
 
     try:

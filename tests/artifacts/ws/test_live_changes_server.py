@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.admin.models import LogEntry
-from django.contrib.auth.models import User
 from django.test import Client
 
 from artifacts.models import ArtifactHead, Channel, ChannelMember
@@ -135,21 +134,13 @@ def test_access_hints_reach_only_those_whose_access_changed(relay_server: RelayP
     dave_ws.close()
 
 
-@pytest.fixture
-def staff() -> Client:
-    user = User.objects.create_superuser("operator", password="correct horse")
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 def _console(staff: Client, path: str, action: str, pk: int) -> None:
     response = staff.post(path, {"action": action, "_selected_action": [pk], "index": 0})
     assert response.status_code == 302, response.content[:2000]
 
 
 def test_console_actions_are_heard_like_a_persons_events(
-    relay_server: RelayProcess, staff: Client
+    relay_server: RelayProcess, admin_client: Client
 ) -> None:
     community = make_community()
     alice, bob = make_key(), make_key()
@@ -172,7 +163,7 @@ def test_console_actions_are_heard_like_a_persons_events(
     _, person_took = _event_on(ws, "both", since=started)
     head = ArtifactHead.objects.get(community=community, artifact_id=d)
     started = time.monotonic()
-    _console(staff, "/admin/artifacts/artifacthead/", "redact_heads", head.pk)
+    _console(admin_client, "/admin/artifacts/artifacthead/", "redact_heads", head.pk)
     redaction, staff_took = _event_on(ws, "both", since=started)
     assert redaction["pubkey"] == settings.RELAY_PUBKEY and ["e", by_staff] in redaction["tags"]
     print(f"redaction heard after {person_took:.3f} s (person), {staff_took:.3f} s (console)")
@@ -181,7 +172,7 @@ def test_console_actions_are_heard_like_a_persons_events(
     # named only that channel); the other subscription, still reading the lobby, a NOTICE.
     member = ChannelMember.objects.get(community=community, channel_id=private,
                                        pubkey=bob.pubkey)
-    _console(staff, "/admin/artifacts/channelmember/", "remove_members", member.pk)
+    _console(admin_client, "/admin/artifacts/channelmember/", "remove_members", member.pk)
     frames = ws.recv_until(lambda f: f[0] == "CLOSED" and f[1] == "removals", BOUND)
     assert frames[-1][2].startswith("restricted:")
     (removal,) = [f[2] for f in frames if f[0] == "EVENT" and f[1] == "removals"]
@@ -192,7 +183,7 @@ def test_console_actions_are_heard_like_a_persons_events(
 
     # A channel deletion: the relay-signed 9008 to the REQ naming it, CLOSED to both.
     channel = Channel.objects.get(community=community, channel_id=lobby)
-    _console(staff, "/admin/artifacts/channel/", "channel_delete", channel.pk)
+    _console(admin_client, "/admin/artifacts/channel/", "channel_delete", channel.pk)
     frames = ws.recv_until(lambda f: f[0] == "CLOSED" and f[1] == "both", BOUND)
     frames += ws.recv_until(lambda f: f[0] == "CLOSED" and f[1] == "deletions", BOUND) if not [
         f for f in frames if f[0] == "CLOSED" and f[1] == "deletions"] else []
@@ -202,13 +193,13 @@ def test_console_actions_are_heard_like_a_persons_events(
     # Each LogEntry names the staff user and the relay-signed event it stored.
     entries = {e.get_change_message(): e.user.username for e in LogEntry.objects.all()}
     for event in (redaction, removal, deletion):
-        assert [user for text, user in entries.items() if event["id"] in text] == ["operator"]
+        assert [user for text, user in entries.items() if event["id"] in text] == ["admin"]
     ws.close()
     person.close()
 
 
 def test_console_archive_and_restore_announce_their_commit(
-    relay_server: RelayProcess, staff: Client
+    relay_server: RelayProcess, admin_client: Client
 ) -> None:
     """Actions with no kind reach the subscribers who can read the channel as a NOTICE."""
     community = make_community()
@@ -219,14 +210,14 @@ def test_console_archive_and_restore_announce_their_commit(
     ws.auth(bob)
     _eose(ws, "every", {})
     channel = Channel.objects.get(community=community, channel_id=lobby)
-    _console(staff, "/admin/artifacts/channel/", "channel_archive", channel.pk)
+    _console(admin_client, "/admin/artifacts/channel/", "channel_archive", channel.pk)
     frames = ws.recv_until(lambda f: f[0] == "NOTICE", BOUND)
     assert frames[-1][1].startswith(f"changed: {lobby} archived")
     write(community, alice, 9008, [["h", spare]])
     frames = ws.recv_until(lambda f: f[0] == "NOTICE", BOUND)
     assert frames[-1][1].startswith(f"changed: {spare} deleted")
     spare_row = Channel.objects.get(community=community, channel_id=spare)
-    _console(staff, "/admin/artifacts/channel/", "channel_restore", spare_row.pk)
+    _console(admin_client, "/admin/artifacts/channel/", "channel_restore", spare_row.pk)
     frames = ws.recv_until(lambda f: f[0] == "NOTICE", BOUND)
     assert frames[-1][1].startswith(f"changed: {spare} restored")
     assert uuid.UUID(spare)  # the notice names the channel by its canonical id
