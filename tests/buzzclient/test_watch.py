@@ -13,14 +13,17 @@ import time
 import uuid
 from pathlib import Path
 
+import orjson
 import pytest
 from django.test import Client
+from websockets.sync.server import ServerConnection
+from websockets.sync.server import serve as ws_serve
 
 from artifacts.models import ArtifactHead, Channel, ChannelMember
 from buzzclient import RetryPolicy, Syncer
 from buzzclient.errors import SyncError
 from buzzclient.sync import RoundSummary
-from buzzclient.watch import watch
+from buzzclient.watch import LiveHints, watch
 from nostr.schnorr import generate_secret
 from tests.buzzclient.fake_relay import serve
 from tests.buzzclient.world import World
@@ -170,3 +173,43 @@ def test_console_actions_trigger_rounds(
     finally:
         child.terminate()
         child.wait(10)
+
+
+def test_a_relay_that_refuses_live_redactions_still_gets_the_other_kinds() -> None:
+    """A relay from before redactions were served live answers a REQ naming 9005 with
+    `CLOSED "blocked: ..."`: the watcher subscribes again without it (a stub relay, websockets'
+    own server, speaking just enough NIP-01 and NIP-42)."""
+    asked: list[list[int]] = []
+
+    def relay(connection: ServerConnection) -> None:
+        connection.send('["AUTH","challenge"]')
+        for raw in connection:
+            message = orjson.loads(raw)
+            if message[0] == "AUTH":
+                connection.send(orjson.dumps(["OK", message[1]["id"], True, ""]).decode())
+            elif message[0] == "REQ":
+                kinds = message[2]["kinds"]
+                asked.append(kinds)
+                answer = (["CLOSED", message[1], "blocked: kind 9005 is not served here"]
+                          if 9005 in kinds else ["EOSE", message[1]])
+                connection.send(orjson.dumps(answer).decode())
+
+    hints: list[str] = []
+    with ws_serve(relay, "127.0.0.1", 0) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        port = server.socket.getsockname()[1]
+        live = LiveHints(f"ws://127.0.0.1:{port}/", generate_secret(), on_hint=hints.append,
+                         retry=RetryPolicy(base=0.05, cap=0.05))
+        live.start()
+        try:
+            deadline = time.monotonic() + 10
+            while len(asked) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.3)  # the second subscription stays: no third REQ
+        finally:
+            live.stop()
+            live.join(5)
+            server.shutdown()
+    assert asked == [[45010, 45011, 9005], [45010, 45011]]
+    assert live.kinds == [45010, 45011]
