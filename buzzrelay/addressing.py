@@ -32,6 +32,7 @@ __all__ = [
     "host_error",
     "host_header_error",
     "host_without_port",
+    "in_networks",
     "parse_host",
     "public_host",
     "public_netloc",
@@ -107,6 +108,16 @@ def client_address(address: RequestAddress) -> str:
         return peer
     hops = [h.strip() for h in address.forwarded_for.split(",") if h.strip()]
     return hops[-1] if hops else peer
+
+
+def in_networks(client: str, networks: tuple[str, ...]) -> bool:
+    """Whether the client address `client` (client_address's answer) is in one of `networks`
+    (validated CIDR strings, buzzrelay.config); an address that is no IP is in none."""
+    try:
+        parsed = ip_address(client)
+    except ValueError:
+        return False
+    return any(parsed in ip_network(net) for net in networks)
 
 
 def public_secure(address: RequestAddress) -> bool:
