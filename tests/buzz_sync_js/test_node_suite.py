@@ -21,10 +21,13 @@ from typing import Any
 
 import orjson
 import pytest
+from django.conf import settings
 from django.db import connections
 
 from artifacts.services.sync_epoch import bump_epoch
 from buzzclient import Syncer
+from buzzrelay.admin_commands._pg import close_with_pool
+from nostr.schnorr import pubkey_from_secret
 from tests.factories import make_community, make_key
 from tests.relay_server import RelayProcess, start_relay
 
@@ -62,6 +65,13 @@ class Operator:
         self.original_key = os.environ["RELAY_SIGNING_KEY"]
 
     def restart(self, overrides: dict[str, str | None]) -> dict[str, Any]:
+        """The relay again on its port. This process's own sessions announce the key it now
+        holds (readiness item 4: every writer holds the same key), so the relay stays ready
+        and the rotation is what the reader's next page sees."""
+        key = overrides["RELAY_SIGNING_KEY"] or self.original_key
+        name = settings.RELAY_APPLICATION_NAME.rsplit("key=", 1)[0] + "key=" + pubkey_from_secret(key)[:8]
+        connections["default"].settings_dict["OPTIONS"]["application_name"] = name
+        close_with_pool(connections["default"])  # the pool's sessions too
         port = self.relay.port
         self.relay.stop()
         self.relay = start_relay(overrides, port=port)
@@ -140,18 +150,28 @@ def run_node_tests(operator: Operator, tmp_path: Path, files: list[str]) -> None
     # The relay URL's host names the community; Alice is its admin (she creates the channels).
     make_community(host="127.0.0.1", admins=[alice])
     server = serve(operator.handle)
+    # Each request of the control endpoint opens its own session; this thread's is closed so
+    # that a key rotation renames every session of this process.
+    close_with_pool(connections["default"])
     try:
         env = {**os.environ, "BUZZ_RELAY_URL": operator.relay.url, "BUZZ_ALICE_SECRET": alice.secret,
                "BUZZ_CONTROL_URL": f"http://127.0.0.1:{server.server_address[1]}",
                "BUZZ_TMP": str(tmp_path)}
+        # BUZZ_NODE_TEST_PATTERN: run only the Node tests whose names match (while developing).
+        pattern = os.environ.get("BUZZ_NODE_TEST_PATTERN")
         run = subprocess.run(
             [*node_command(), "--test", "--test-concurrency=1", "--test-reporter=spec",
-             *files],
+             *([f"--test-name-pattern={pattern}"] if pattern else []), *files],
             cwd=PACKAGE, env=env, capture_output=True, text=True, timeout=600,
         )
     finally:
         server.shutdown()
+        connections["default"].settings_dict["OPTIONS"]["application_name"] = (
+            settings.RELAY_APPLICATION_NAME
+        )
+        close_with_pool(connections["default"])
     assert run.returncode == 0, (run.stdout + run.stderr)[-20000:]
+    print(run.stdout[-6000:])  # what ran (pytest -s shows it)
 
 
 def test_the_package_s_node_tests_pass_against_the_relay(
