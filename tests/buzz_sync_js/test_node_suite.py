@@ -69,7 +69,8 @@ class Operator:
         holds (readiness item 4: every writer holds the same key), so the relay stays ready
         and the rotation is what the reader's next page sees."""
         key = overrides["RELAY_SIGNING_KEY"] or self.original_key
-        name = settings.RELAY_APPLICATION_NAME.rsplit("key=", 1)[0] + "key=" + pubkey_from_secret(key)[:8]
+        prefix = settings.RELAY_APPLICATION_NAME.rsplit("key=", 1)[0]
+        name = f"{prefix}key={pubkey_from_secret(key)[:8]}"
         connections["default"].settings_dict["OPTIONS"]["application_name"] = name
         close_with_pool(connections["default"])  # the pool's sessions too
         port = self.relay.port
@@ -112,7 +113,7 @@ class Operator:
 
 def serve(handle: Callable[[str, dict[str, Any]], dict[str, Any]]) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             try:
                 answer, status = handle(self.path.strip("/"),
@@ -154,7 +155,8 @@ def run_node_tests(operator: Operator, tmp_path: Path, files: list[str]) -> None
     # that a key rotation renames every session of this process.
     close_with_pool(connections["default"])
     try:
-        env = {**os.environ, "BUZZ_RELAY_URL": operator.relay.url, "BUZZ_ALICE_SECRET": alice.secret,
+        env = {**os.environ, "BUZZ_RELAY_URL": operator.relay.url,
+               "BUZZ_ALICE_SECRET": alice.secret,
                "BUZZ_CONTROL_URL": f"http://127.0.0.1:{server.server_address[1]}",
                "BUZZ_TMP": str(tmp_path)}
         # BUZZ_NODE_TEST_PATTERN: run only the Node tests whose names match (while developing).
