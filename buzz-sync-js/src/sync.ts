@@ -11,7 +11,7 @@
  */
 
 import { BuzzError } from "./errors.js";
-import { type Page, pageItems, parsePage } from "./page.js";
+import { type Page, pageItems, parsePage, useWasmVerifier } from "./page.js";
 import type { RelayHttp, RelayInfo } from "./relay.js";
 import type { CollectionState, LiveChanges, Store } from "./store.js";
 import { isUuid } from "./types.js";
@@ -110,6 +110,7 @@ export class Syncer {
    * (the round stays open and the next call resumes it). */
   async runRound(options: { info?: RelayInfo; onPage?: (progress: PageProgress) => void; maxPages?: number } = {}): Promise<RoundSummary> {
     const info = options.info ?? (await this.relayInfo());
+    if (this.verify) await useWasmVerifier();
     const started = performance.now();
     const waitedBefore = this.http.stats.waited;
     const state = await this.store.state(this.key);
