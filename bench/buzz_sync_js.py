@@ -48,10 +48,49 @@ def node_round(relay: Relay, reader: str, verify: bool) -> dict[str, Any]:
         return result
 
 
+def browser_figures(relay: Relay, n: int) -> dict[str, float]:
+    """The /app/ page in Debian's Chromium: its first sync of N tasks into IndexedDB (NIP-11,
+    pages, signature checks, IndexedDB transactions, one render), then a reload's first paint
+    of the N tasks from IndexedDB."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+        try:
+            context = browser.new_context(bypass_csp=True)
+            page = context.new_page()
+            page.set_default_timeout(600_000)
+            started = time.perf_counter()
+            page.goto(f"{relay.url}/app/")
+            page.wait_for_function(f"document.body.dataset.tasks === '{n}'")
+            first_sync = time.perf_counter() - started
+            paints = []
+            for _ in range(3):
+                page.reload()
+                page.wait_for_function(f"document.body.dataset.tasks === '{n}'")
+                # The page's marks, from navigation start: script running, storage open,
+                # rows read from IndexedDB, rows rendered (the first paint of the tasks).
+                marks = page.evaluate(
+                    "Object.fromEntries(performance.getEntriesByType('mark')"
+                    ".map(m => [m.name.split(':')[1], m.startTime / 1000]))")
+                paints.append(marks)
+            paints.sort(key=lambda marks: marks["rendered"])
+        finally:
+            browser.close()
+    middle = paints[1]
+    return {"first_sync_seconds": first_sync, "rate": n / first_sync,
+            "paint_seconds": middle["rendered"], "script_seconds": middle["start"],
+            "read_seconds": middle["rows"] - middle["opened"],
+            "render_seconds": middle["rendered"] - middle["rows"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[10_000])
     parser.add_argument("--apply-n", type=int, default=100_000)
+    parser.add_argument("--browser", action="store_true",
+                        help="also time the /app/ page in Chromium (IndexedDB, first paint)")
     parser.add_argument("--database-url", default=os.environ.get(
         "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
     parser.add_argument("--redis-url", default=os.environ.get(
@@ -60,11 +99,13 @@ def main() -> None:
 
     author, reader = generate_secret(), generate_secret()
     rows = []
+    browsers: list[tuple[int, dict[str, float]]] = []
     for n in args.n:
         started = time.perf_counter()
         url = prepare_database(args.database_url, "buzz_client_bench")
         seed(url, n, author, pubkey_from_secret(reader))
         print(f"N={n:,}: seeded in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        os.environ["RELAY_APP"] = "1"  # the relay serves /app/ for --browser
         relay = Relay(url, args.redis_url)
         try:
             # Alternated, so that neither client always meets a warmer relay.
@@ -72,6 +113,8 @@ def main() -> None:
             node = node_round(relay, reader, verify=True)
             python_again = full_round(relay, reader, verify=True)
             node_plain = node_round(relay, reader, verify=False)
+            if args.browser:
+                browsers.append((n, browser_figures(relay, n)))
         finally:
             relay.stop()
         for found in (python, node, python_again, node_plain):
@@ -93,6 +136,13 @@ def main() -> None:
               f"{node['cpu_seconds']:>8.1f} | {node['rss_peak_kib'] / 1024:>15.1f}")
     print("\nratio: buzz-sync-js over the better of buzz-sync's two rounds (target >= 1).")
 
+    for n, figures in browsers:
+        print(f"\n/app/ in Chromium, N={n:,}: first sync into IndexedDB {figures['rate']:,.0f} "
+              f"artifacts/s ({figures['first_sync_seconds']:.1f} s, target >= 5,000/s); "
+              f"first paint after a reload {figures['paint_seconds'] * 1000:.0f} ms "
+              f"(median of 3, target < 1 s: script {figures['script_seconds'] * 1000:.0f} ms, "
+              f"IndexedDB read {figures['read_seconds'] * 1000:.0f} ms, render "
+              f"{figures['render_seconds'] * 1000:.0f} ms)")
     apply = subprocess.run(["node", "bench/apply_round.mjs", str(args.apply_n), "300"],
                            cwd=PACKAGE, capture_output=True, text=True, check=True)
     figures = json.loads(apply.stdout.strip().splitlines()[-1])

@@ -9,6 +9,7 @@
 import { BuzzClient, type ArtifactRow, BuzzError, IndexedDbStore, type Published, npubOf } from "../src/index.js";
 
 const TYPE = "buzz.task";
+const COLUMN_PAGE = 100; // tasks a column shows before "Show more"
 const $ = <T extends HTMLElement>(id: string): T => document.getElementById(id) as T;
 const short = (id: string): string => id.slice(0, 8);
 
@@ -28,10 +29,15 @@ function parseTask(row: ArtifactRow): Task {
 }
 
 async function main(): Promise<void> {
+  // Marks for bench/buzz_sync_js.py (first paint) and for anyone profiling the page.
+  performance.mark("buzz-app:start");
   const store = await IndexedDbStore.open("buzz-app");
   const client = await BuzzClient.open({
     relay: location.origin,
     store,
+    // The WebSocket-assembly verifier is left out of the page's bundle (300 KB of script to
+    // parse on every load, for a faster first sync only): noble verifies here.
+    wasmVerifier: false,
     warn: (message) => {
       const warning = $("warning");
       warning.textContent = message;
@@ -43,6 +49,7 @@ async function main(): Promise<void> {
   const names: Record<string, string> = JSON.parse((await store.getMeta("channel-names")) ?? "{}");
   const shown = new Set<string>(JSON.parse((await store.getMeta("channels-shown")) ?? "[]") as string[]);
   let tasks: ArtifactRow[] = [];
+  const expanded = new Set<string>(); // columns showing every task, not only the newest
 
   const channelName = (h: string): string => names[h] ?? `channel ${short(h)}`;
   const channels = (): string[] => {
@@ -107,7 +114,15 @@ async function main(): Promise<void> {
     const move = document.createElement("select");
     move.className = "move";
     move.setAttribute("aria-label", "move to channel");
-    for (const h of all) move.append(new Option(channelName(h), h, false, h === task.row.channel));
+    // The other channels are listed when the select is used: thousands of tasks times every
+    // channel's option would dominate the first paint.
+    move.append(new Option(channelName(task.row.channel), task.row.channel, false, true));
+    const fill = (): void => {
+      if (move.options.length > 1) return;
+      for (const h of all) if (h !== task.row.channel) move.append(new Option(channelName(h), h));
+    };
+    move.addEventListener("focus", fill);
+    move.addEventListener("mousedown", fill);
     move.addEventListener("change", () => void write(client.moveArtifact(task.row.d, move.value)));
     const remove = document.createElement("button");
     remove.textContent = "Delete";
@@ -130,16 +145,31 @@ async function main(): Promise<void> {
       heading.textContent = channelName(h);
       heading.title = h;
       const list = document.createElement("ul");
-      list.append(...tasks.filter((row) => row.channel === h).map((row) => taskItem(parseTask(row), all)));
+      const mine = tasks.filter((row) => row.channel === h);
+      const limit = expanded.has(h) ? mine.length : COLUMN_PAGE;
+      list.append(...mine.slice(0, limit).map((row) => taskItem(parseTask(row), all)));
       column.append(heading, list);
+      if (mine.length > limit) {
+        const more = document.createElement("button");
+        more.className = "more";
+        more.textContent = `Show ${mine.length - limit} more`;
+        more.addEventListener("click", () => {
+          expanded.add(h);
+          render();
+        });
+        column.append(more);
+      }
       return column;
     });
     $("board").replaceChildren(...columns);
   }
 
+  performance.mark("buzz-app:opened");
   client.subscribe({ type: TYPE, orderBy: "modified" }, (update) => {
+    performance.mark("buzz-app:rows");
     tasks = update.rows;
     render();
+    performance.mark("buzz-app:rendered");
     document.body.dataset.tasks = String(tasks.length);
   });
 

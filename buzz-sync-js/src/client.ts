@@ -33,6 +33,8 @@ export interface BuzzClientOptions {
   pageLimit?: number;
   verify?: boolean;
   viewChanges?: ViewChanges;
+  /** Verify signatures with libsecp256k1 in WebAssembly when it loads (default true). */
+  wasmVerifier?: boolean;
   /** Follow the live WebSocket when the relay offers `artifacts.sync` (default true). */
   live?: boolean;
   WebSocket?: WebSocketFactory;
@@ -119,7 +121,7 @@ export class BuzzClient {
     this.key = JSON.stringify([this.address.baseUrl, this.address.host, pubkey, predicates(options.filter ?? {})]);
     this.syncer = new Syncer({
       http: this.http, store: this.store, key: this.key, filter: options.filter, pageLimit: options.pageLimit,
-      verify: options.verify, viewChanges: options.viewChanges,
+      verify: options.verify, viewChanges: options.viewChanges, wasmVerifier: options.wasmVerifier,
     });
     this.publisher = new Publisher({
       http: this.http, store: this.store, key: this.key, signer,

@@ -78,6 +78,8 @@ export interface SyncerOptions {
   /** `auto`: opt in to `view_changes: "incremental"` when NIP-11 offers it (as buzz-sync does);
    * `reset`: never (every view change resets the collection). */
   viewChanges?: ViewChanges;
+  /** Verify with libsecp256k1 in WebAssembly when it loads (default true); false: noble. */
+  wasmVerifier?: boolean;
 }
 
 export class Syncer {
@@ -88,6 +90,7 @@ export class Syncer {
   readonly pageLimit?: number;
   readonly verify: boolean;
   readonly viewChanges: ViewChanges;
+  readonly wasmVerifier: boolean;
 
   constructor(options: SyncerOptions) {
     this.http = options.http;
@@ -100,6 +103,7 @@ export class Syncer {
     this.pageLimit = options.pageLimit;
     this.verify = options.verify ?? true;
     this.viewChanges = options.viewChanges ?? "auto";
+    this.wasmVerifier = options.wasmVerifier ?? true;
   }
 
   async relayInfo(): Promise<RelayInfo> {
@@ -110,7 +114,7 @@ export class Syncer {
    * (the round stays open and the next call resumes it). */
   async runRound(options: { info?: RelayInfo; onPage?: (progress: PageProgress) => void; maxPages?: number } = {}): Promise<RoundSummary> {
     const info = options.info ?? (await this.relayInfo());
-    if (this.verify) await useWasmVerifier();
+    if (this.verify && this.wasmVerifier) await useWasmVerifier();
     const started = performance.now();
     const waitedBefore = this.http.stats.waited;
     const state = await this.store.state(this.key);
