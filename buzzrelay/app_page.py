@@ -21,7 +21,7 @@ def app_page(request: HttpRequest) -> HttpResponse:
     # Everything the page loads is its own: no CDN, no inline script.
     response["Content-Security-Policy"] = (
         "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; "
-        "style-src 'self'; script-src 'self' 'wasm-unsafe-eval'; base-uri 'none'; frame-ancestors 'none'"
+        "style-src 'self'; script-src 'self'; base-uri 'none'; frame-ancestors 'none'"
     )
     response["Cache-Control"] = "no-cache"
     return response

@@ -165,3 +165,18 @@ def test_the_committed_assets_match_their_source() -> None:
     run = subprocess.run([node, "app/build.mjs", "--check"], cwd=PACKAGE, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_app_is_served_only_when_enabled(client: Any, settings: Any) -> None:
+    """Off (the default outside the quickstart): the relay's JSON 404. On: the page, naming
+    its script and style by their hashed static names, under a CSP that allows nothing else."""
+    settings.RELAY_APP_ENABLED = False
+    off = client.get("/app/", HTTP_HOST="127.0.0.1")
+    assert off.status_code == 404
+    assert off.json()["error"]
+    settings.RELAY_APP_ENABLED = True
+    on = client.get("/app/", HTTP_HOST="127.0.0.1")
+    assert on.status_code == 200
+    html = on.content.decode()
+    assert "/static/buzz-app/board." in html and ".js" in html and "https://" not in html
+    assert "script-src 'self';" in on["Content-Security-Policy"]
