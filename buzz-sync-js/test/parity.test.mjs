@@ -5,17 +5,9 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { generateSecretHex, keySigner } from "../dist/index.js";
+import { random } from "./seeded.mjs";
 import { World, against, catchUp, control, freshRead, heads, reader } from "./helpers.mjs";
 
-function random(seed) {
-  return () => {
-    seed |= 0;
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 test("TypeScript client, buzz-sync and a fresh full read converge on a seeded random schedule", against, async () => {
   const seed = Number(process.env.BUZZ_PARITY_SEED ?? 34);

@@ -6,6 +6,7 @@ import { test } from "node:test";
 import { IDBFactory, IDBKeyRange } from "fake-indexeddb";
 
 import { BuzzClient, IndexedDbStore, MemoryStore, Publisher, RelayAddress, RelayHttp, Syncer, keySigner, generateSecretHex, parsePage } from "../dist/index.js";
+import { random } from "./seeded.mjs";
 import { SqliteStore } from "../dist/sqlite.js";
 import { finalizeEvent } from "nostr-tools/pure";
 import { hexToBytes } from "nostr-tools/utils";
@@ -20,16 +21,6 @@ function head(d, channel, title, prev) {
   return finalizeEvent({ kind: 45010, created_at: Math.floor(Date.now() / 1000), tags, content: title }, hexToBytes(SECRET));
 }
 
-/** A seeded generator (mulberry32): the same schedule every run. */
-function random(seed) {
-  return () => {
-    seed |= 0;
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** A relay in a function: pages a schedule of random changes, with resets and removed channels. */
 function scriptedRelay(seed) {
