@@ -126,15 +126,19 @@ def main() -> None:
     print(f"\nFull round into SQLite, same relay, same run (page limit 1000, "
           f"{os.cpu_count()} CPUs shared); artifacts/s\n")
     print(f"{'N':>9} | {'buzz-sync':>9} | {'(again)':>8} | {'buzz-sync-js':>12} | "
-          f"{'ratio':>5} | {'js no-verify':>12} | {'js CPU s':>8} | {'js peak RSS MiB':>15}")
-    print("-" * 96)
+          f"{'ratio':>5} | {'js no-verify':>12} | {'py CPU s':>8} | {'js CPU s':>8} | "
+          f"{'js peak RSS MiB':>15}")
+    print("-" * 107)
     for n, python, python_again, node, plain in rows:
         py_rate = n / min(python["seconds"], python_again["seconds"])
         js_rate = n / node["seconds"]
         print(f"{n:>9,} | {n / python['seconds']:>9,.0f} | {n / python_again['seconds']:>8,.0f} | "
               f"{js_rate:>12,.0f} | {js_rate / py_rate:>5.2f} | {n / plain['seconds']:>12,.0f} | "
+              f"{min(python['cpu_seconds'], python_again['cpu_seconds']):>8.1f} | "
               f"{node['cpu_seconds']:>8.1f} | {node['rss_peak_kib'] / 1024:>15.1f}")
-    print("\nratio: buzz-sync-js over the better of buzz-sync's two rounds (target >= 1).")
+    print("\nratio: buzz-sync-js over the better of buzz-sync's two rounds (target >= 1); CPU: "
+          "each client process's own CPU time in the round (the better of buzz-sync's two), the "
+          "fairer figure on a shared machine.")
 
     for n, figures in browsers:
         print(f"\n/app/ in Chromium, N={n:,}: first sync into IndexedDB {figures['rate']:,.0f} "
