@@ -238,3 +238,28 @@ test("a key is generated once, kept in storage, with a warning; a passed key win
     delete globalThis.nostr;
   }
 });
+
+test("without artifacts.incremental every round is full and no token of that time is continued", async () => {
+  let incremental = false;
+  const sent = [];
+  let n = 0;
+  const http = new RelayHttp(RelayAddress.parse("http://relay.test"), keySigner(SECRET), {
+    fetch: async (url, init) => {
+      if (init.method === "GET") return json(200, incremental ? INFO : { supported_extensions: [] });
+      sent.push(JSON.parse(new TextDecoder().decode(init.body))[0].progress);
+      n += 1;
+      return json(200, { events: [head(uuidOf(n), CHANNELS[0], `t${n}`)], removed: [], progress: `t${n}`, more: false, reset: sent.at(-1) === null });
+    },
+  });
+  const store = new MemoryStore();
+  await store.open("k");
+  const syncer = new Syncer({ http, store, key: "k" });
+  const rounds = [await syncer.runRound(), await syncer.runRound()];
+  assert.deepEqual(rounds.map((r) => [r.kind, r.incremental]), [["full", false], ["full", false]]);
+  incremental = true;
+  const back = await syncer.runRound(); // a token made while not advertised is never sent
+  assert.equal(back.kind, "full");
+  const next = await syncer.runRound();
+  assert.equal(next.kind, "continuation");
+  assert.deepEqual(sent, [null, null, null, "t3"]);
+});
