@@ -2,12 +2,23 @@
 // the quickstart needs no Node; tests/buzz_sync_js/test_app_assets.py rebuilds and compares).
 //   node app/build.mjs            write the assets
 //   node app/build.mjs --check    exit 1 if the committed assets differ from a fresh build
+//   node app/build.mjs --library  the package as one browser ES module, dist/buzz-sync.browser.js
+//                                 (for a page without a bundler; part of `npm run build`)
 import { build } from "esbuild";
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const here = dirname(fileURLToPath(import.meta.url));
+if (process.argv.includes("--library")) {
+  await build({
+    entryPoints: [join(here, "..", "src", "index.ts")],
+    outfile: join(here, "..", "dist", "buzz-sync.browser.js"),
+    bundle: true, format: "esm", platform: "browser", target: ["es2022"], minify: true, legalComments: "none", logLevel: "warning",
+  });
+  console.log("wrote dist/buzz-sync.browser.js");
+  process.exit(0);
+}
 const out = join(here, "..", "..", "buzzrelay", "static", "buzz-app");
 const result = await build({
   entryPoints: [join(here, "board.ts")],
