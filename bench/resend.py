@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -129,19 +130,18 @@ class SideResult:
 
 
 class Writer(threading.Thread):
-    """Pre-signed creates in one channel at `rate` per second, until stopped."""
+    """Pre-signed creates in one channel at `rate` per second, until stopped (the NIP-98 header
+    is signed as each is sent: it is valid for 60 s only)."""
 
     def __init__(self, url: str, channel: str, rate: float, count: int) -> None:
         super().__init__(daemon=True)
         self.url, self.rate = f"{url}/event", rate
-        self.requests = []
+        self.bodies = []
         for _ in range(count):
             d = str(uuid.uuid4())
             event = sign_event(WRITER_SECRET, kind=45010, content='{"version":1}',
                                tags=artifact_tags(op="create", d=d, h=channel, title=d[:8]))
-            body = orjson.dumps(event)
-            self.requests.append(
-                (body, make_nip98_header(WRITER_SECRET, url=self.url, method="POST", body=body)))
+            self.bodies.append(orjson.dumps(event))
         self.stop = threading.Event()
         self.accepted = self.refused = 0
 
@@ -150,10 +150,11 @@ class Writer(threading.Thread):
 
         started = time.monotonic()
         with httpx.Client(timeout=30) as http:
-            for index, (body, header) in enumerate(self.requests):
+            for index, body in enumerate(self.bodies):
                 pause = started + index / self.rate - time.monotonic()
                 if self.stop.wait(max(pause, 0)):
                     return
+                header = make_nip98_header(WRITER_SECRET, url=self.url, method="POST", body=body)
                 answer = http.post(self.url, content=body, headers={
                     "Authorization": header, "Content-Type": "application/json"})
                 ok = answer.status_code == 200 and answer.json()[2] is True
@@ -372,4 +373,7 @@ def main() -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "buzzrelay.settings")
+    # A background run ignores SIGINT: SIGTERM then stops it with the servers and the
+    # baseline's worktree cleaned up.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     raise SystemExit(main())
