@@ -283,31 +283,19 @@ class SyncModel(RuleBasedStateMachine):
             assert replica.fresh() == expected
 
 
-@pytest.mark.slow
-@pytest.mark.django_db(transaction=True)
-def test_incremental_reads_model() -> None:
-    run_state_machine_as_test(
-        SyncModel,
-        settings=settings(
-            max_examples=25,
-            stateful_step_count=40,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        ),
-    )
-
-
 class SyncModelWithOverlap(SyncModel):
     overlap = timedelta(seconds=120)
 
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_incremental_reads_model_with_the_overlap_re_read_not_re_sent() -> None:
+@pytest.mark.parametrize(("model", "examples"), [(SyncModel, 25), (SyncModelWithOverlap, 10)],
+                         ids=["overlap-0", "overlap-120s-re-read-not-re-sent"])
+def test_incremental_reads_model(model: type[SyncModel], examples: int) -> None:
     run_state_machine_as_test(
-        SyncModelWithOverlap,
+        model,
         settings=settings(
-            max_examples=10,
+            max_examples=examples,
             stateful_step_count=40,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
