@@ -19,6 +19,7 @@ import pytest
 from django.db import connection, transaction
 
 from artifacts.selectors.filters import parse_filter
+from artifacts.selectors.round_sql import _unseen
 from artifacts.selectors.rounds import Page, prepare_round
 from artifacts.tokens import ProgressToken, decode_progress, encode_progress
 from tests.artifacts.selectors.held import HeldTransaction
@@ -241,3 +242,21 @@ def test_the_catch_up_of_a_gained_channel_sends_every_head() -> None:
     assert not any(page.reset for page in pages)
     assert replica.heads() == artifacts
     assert named(replica.round()) == set()
+
+
+@pytest.mark.parametrize(("previous", "row_xmin", "unseen"), [
+    (1_000, 1_000, True),  # the snapshot's xmin itself was running then
+    (1_000, 999, False),
+    ((1 << 32) - 10, 5, True),  # the row's xid is past the 32-bit wrap, the snapshot's before
+    ((1 << 32) + 5, (1 << 32) - 10, False),  # the reverse: the row is older
+    ((3 << 32) + 7, 7 + (1 << 31) - 1, True),  # as far ahead as the page allows the rule
+])
+def test_the_32_bit_comparison_is_postgresqls_modular_order(
+    previous: int, row_xmin: int, unseen: bool
+) -> None:
+    """Row xmins are 32-bit, the snapshot's xmin an xid8: compared modulo 2^32, as PostgreSQL
+    orders xids, against the snapshot's low 32 bits (the page passes them)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {_unseen('%(row)s::text::xid')}",
+                       {"row": str(row_xmin % (1 << 32)), "seen_xmin": previous & 0xFFFFFFFF})
+        assert cursor.fetchone()[0] is unseen
