@@ -23,7 +23,7 @@ them into its collection.
 Re-read, not re-sent (PROTOCOL.md section 5): a HEADS or MOVES candidate stamped below
 %(resend_from)s (W, when the page knows the previous round's first snapshot; otherwise W -
 overlap, and every candidate passes) comes out only if its row version was not yet visible to that
-snapshot, by `_UNSEEN`: the head's version for a head; for a move, the move revision's or its
+snapshot, by `_unseen`: the head's version for a head; for a move, the move revision's or its
 artifact's head's (the move stands for the head). The rows are still read and counted in the
 window: the page's bounded work is the same, only what it sends shrinks.
 
@@ -99,9 +99,9 @@ def window_sql(phase: Phase, *, with_cursor: bool, has_channels: bool, has_types
     """The statement for one window of `phase`. Parameters: community, reader, round_t, low
     (W - overlap), resend_from and seen_xmin (HEADS and MOVES: re-read, not re-sent), window,
     want, cursor_at/cursor_key (with a cursor), filter_h (the filter's `#h`, when it has one)
-    and types (the types both the policy and the filter allow, when
-    either restricts them; the page read the policy in its snapshot and skips the walk
-    altogether when artifacts are disabled)."""
+    and types (the types both the policy and the filter allow, when either restricts them; the
+    page read the policy in its snapshot and skips the walk altogether when artifacts are
+    disabled)."""
     channels_param = "filter_h" if has_channels else None
     at, key = _POSITION[phase]
     if phase is Phase.MOVES:
