@@ -95,6 +95,8 @@ class Config:
     # REDIS_SENTINELS: (host, port) of each Redis Sentinel; REDIS_URL's host then names the
     # monitored master (redis://mymaster/0, django-redis' convention), found through them.
     redis_sentinels: tuple[tuple[str, int], ...] = ()
+    # RELAY_APP: serve the task board built on buzz-sync-js at /app/ (on in the quickstart).
+    app_enabled: bool = False
     # The staff console (/admin/): its sign-in limits, second factor, network and session.
     console: ConsoleConfig = field(default_factory=lambda: ConsoleConfig())
 
@@ -501,6 +503,7 @@ def read_config() -> Config:
         relay_info=_relay_info(),
         metrics_token=_metrics_token(),
         metrics_networks=_networks("METRICS_ALLOWED_NETWORKS", _env("METRICS_ALLOWED_NETWORKS")),
+        app_enabled=_bool("RELAY_APP", False),
         console=_console(public_url),
     )
 

@@ -288,6 +288,8 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 STATIC_URL = "/static/"
+# The task board at /app/ (buzzrelay/app_page.py; its assets are buzzrelay/static/buzz-app/).
+RELAY_APP_ENABLED = CONFIG.app_enabled
 # Collected by `buzz-admin serve` (and the quickstart, and the test suite) before serving, when
 # the relay's static files changed (buzzrelay.static_files); served by WhiteNoise's index.
 STATIC_ROOT = Path(CONFIG.static_root) if CONFIG.static_root else BASE_DIR / ".data" / "static"

@@ -3,6 +3,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from buzzrelay.app_page import app_page
 from buzzrelay.edge.openapi_views import APIDocsView, OpenAPIView
 
 urlpatterns = [
@@ -11,6 +12,7 @@ urlpatterns = [
     path("admin/api/", admin.site.admin_view(APIDocsView.as_view()), name="api-docs"),
     path("admin/", admin.site.urls),
     path("openapi.json", OpenAPIView.as_view(), name="openapi"),
+    path("app/", app_page, name="app"),
     path("", include("relayinfo.urls")),
     path("", include("artifacts.urls")),
 ]
