@@ -34,7 +34,7 @@ KINDS = [45010, 45011]
 
 # A sentinel's password is not the master's (the master here asks for none): the relays must
 # give it to the sentinels, and only to them.
-SENTINEL_PASSWORD = "sentinel s@cret"
+SENTINEL_PASSWORD = "sentinel@s3cret"
 
 
 @pytest.fixture(scope="module")
