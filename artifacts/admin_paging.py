@@ -28,7 +28,7 @@ from django.db import OperationalError, connection, models, transaction
 from django.db.models import F, Func, QuerySet, Value
 from django.db.models.lookups import GreaterThan, LessThan
 
-__all__ = ["AFTER_VAR", "BEFORE_VAR", "BadCursor", "KeysetPaginator", "decode_key"]
+__all__ = ["AFTER_VAR", "BEFORE_VAR", "BadCursor", "KeysetPaginator", "decode_key", "page_key"]
 
 # Query-string names of the keys (beside Django's PAGE_VAR `p`, which stays the page's number).
 AFTER_VAR = "after"
@@ -81,6 +81,12 @@ class _Ordering:
         later = LessThan if self.descending == forward else GreaterThan
         rows = queryset.filter(later(columns, values))
         return rows if forward else rows.reverse()
+
+
+def page_key(queryset: QuerySet[Any], row: Any) -> str:
+    """The key, as a link carries it, of `row` in `queryset`'s order: the page after it starts
+    past it (`after`), the page before it ends before it (`before`)."""
+    return encode_key(_Ordering.of(queryset).key(row))
 
 
 def encode_key(key: list[str]) -> str:
@@ -158,7 +164,7 @@ class KeysetPaginator:
 
     def next_key(self) -> str | None:
         rows = self.rows()
-        return encode_key(self.ordering.key(rows[-1])) if rows and self.has_next else None
+        return page_key(self.queryset, rows[-1]) if rows and self.has_next else None
 
     def previous_key(self) -> str | None:
         """The key the previous page ends before; None on the first page (the previous page of
@@ -166,7 +172,7 @@ class KeysetPaginator:
         rows = self.rows()
         if not rows or self.page_number <= 2:
             return None
-        return encode_key(self.ordering.key(rows[0]))
+        return page_key(self.queryset, rows[0])
 
     def get_elided_page_range(self, number: int) -> list[int]:
         """Django's `pagination` tag asks for the numbered range of a counted paginator; these
