@@ -40,12 +40,17 @@ from typing import Any
 
 import httpx
 
-from tests.deploy.nginx import PUBLIC_HOST, PublicEndpoint, self_signed_certificate, start_nginx
-from tests.faults.clients import Client, Collection, d_of, fresh_full_read
+from tests.deploy.nginx import PublicEndpoint, self_signed_certificate, start_nginx
+from tests.faults.clients import Collection, d_of, fresh_full_read
 from tests.faults.deployment import Deployment, Relay
 from tests.faults.waits import wait_until
 from tests.fleet import test_behind_nginx as nginx_fleet
-from tests.fleet.test_behind_nginx import NGINX_FAIL_TIMEOUT, RELAY_ENV, Subscriber
+from tests.fleet.test_behind_nginx import (
+    NGINX_FAIL_TIMEOUT,
+    RELAY_ENV,
+    CountingClient,
+    Subscriber,
+)
 
 RELAYS = 3
 # After PostgreSQL accepts connections again, answers may still be 503 for this long (the pools
@@ -65,27 +70,6 @@ class Answers(nginx_fleet.Answers):
         if status >= 500 or status == 0:
             with self.lock:
                 self.server_errors_at.append((time.monotonic(), status))
-
-
-class CountingClient(Client):
-    """A NIP-98 client through the proxy that counts each answer (transport errors as 0)."""
-
-    def __init__(self, public: PublicEndpoint, answers: Answers, secret: str | None = None
-                 ) -> None:
-        super().__init__(public.base_url, secret, host=PUBLIC_HOST)
-        self.http.close()
-        self.http = public.http()
-        self.answers = answers
-
-    def post(self, path: str, payload: Any, *, authorization: str | None = None
-             ) -> httpx.Response:
-        try:
-            response = super().post(path, payload, authorization=authorization)
-        except httpx.TransportError:
-            self.answers.record(0)
-            raise
-        self.answers.record(response.status_code)
-        return response
 
 
 @dataclass
