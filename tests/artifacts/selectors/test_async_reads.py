@@ -105,7 +105,8 @@ def test_both_pools_share_one_definition_and_a_short_reconnection_series() -> No
         return pool
 
     pool = asyncio.run(opened())
-    django_pool = connections["default"].pool
+    # Django's PostgreSQL backend builds its psycopg_pool from OPTIONS["pool"].
+    django_pool = getattr(connections["default"], "pool", None)
     assert django_pool is not None
     for parameter in ("reconnect_timeout", "timeout", "max_idle"):
         assert getattr(pool, parameter) == getattr(django_pool, parameter), parameter
