@@ -339,9 +339,13 @@ class Schedule:
             figures.collections_checked += 1
             if not collection.ids() == fresh == model:
                 figures.divergences += 1
+                held = collection.ids()
+                differ = sorted(d for d in set(held) | set(fresh) | set(model)
+                                if len({held.get(d), fresh.get(d), model.get(d)}) > 1)
                 figures.notes.append(
                     f"seed {self.seed} {when}: reader {reader.pubkey[:8]}: collection"
-                    f" {len(collection.ids())}, fresh read {len(fresh)}, model {len(model)}")
+                    f" {len(held)}, fresh read {len(fresh)}, model {len(model)}; differing:"
+                    f" {[self._differs(d, reader.pubkey, held, fresh, model) for d in differ[:3]]}")
 
     def _explain(self, d: str, stored: dict[str, str]) -> str:
         """A lost write as the model, the read and the primary's own table each see it."""
@@ -353,6 +357,16 @@ class Schedule:
         return (f"{d[:8]}: model {head.op} {head.event['id'][:8]} redacted={head.redacted}"
                 f" (acknowledged: {head.acknowledged}), read {stored.get(d, '-')[:8]},"
                 f" primary {primary}")
+
+    def _differs(self, d: str, pubkey: str, held: dict[str, str], fresh: dict[str, str],
+                 model: dict[str, str]) -> str:
+        head = self.model.heads.get(d)
+        where = "?" if head is None else (
+            f"{head.op} in {'open' if head.channel == self.open else head.channel[:8]}"
+            f" redacted={head.redacted} member="
+            f"{pubkey in self.model.members.get(head.channel, set())}")
+        return (f"{d[:8]}: collection {held.get(d, '-')[:8]}, fresh {fresh.get(d, '-')[:8]},"
+                f" model {model.get(d, '-')[:8]} ({where})")
 
     @staticmethod
     def _retrying(read: Any) -> Any:
