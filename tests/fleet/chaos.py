@@ -195,6 +195,7 @@ class Schedule:
         self.errors: list[BaseException] = []
         self.writing = threading.Lock()  # held for each whole write, resends included
         self.last_sends = ""
+        self.membership_changes = 0
 
     # --- the schedule's actors ------------------------------------------------------------
 
@@ -232,10 +233,14 @@ class Schedule:
         if roll < 0.12:  # a grant or a removal in a private channel
             channel = rng.choice(self.private)
             reader = rng.choice(self.readers).pubkey
+            # A content of its own: a grant (or removal) like one signed in the same second
+            # would be the same event, answered `duplicate:` and applied no second time.
+            self.membership_changes += 1
+            note = f"change {self.membership_changes}"
             if reader in model.members[channel]:
-                if self._write(owner.sign(9001, [["h", channel], ["p", reader]])):
+                if self._write(owner.sign(9001, [["h", channel], ["p", reader]], note)):
                     model.members[channel].discard(reader)
-            elif self._write(owner.sign(9000, [["h", channel], ["p", reader, "member"]])):
+            elif self._write(owner.sign(9000, [["h", channel], ["p", reader, "member"]], note)):
                 model.members[channel].add(reader)
             return
         if not live or roll < 0.35:
