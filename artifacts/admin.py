@@ -1,10 +1,13 @@
 """Operators' edits of communities, channels and members in the Django admin.
 
 Operators are writers too (PROTOCOL.md section 2): every save, delete and action goes through
-the services, so it stamps and counts listing changes exactly like an event would. Fields that
-only a service may change (stamps, archive and delete times, the listing counter) are read-only;
-archive, unarchive, delete and restore are actions. Deleting a channel or member here is the
-soft delete the protocol knows (deleted_at, removed_at), never a row deletion.
+the services, so it stamps and counts listing changes exactly like an event would. An action
+that has an event kind (a member put or removal, a channel edit or deletion) is a staff action
+(`artifacts.services.staff_actions`): the event itself, signed by the relay's key, applied by
+the writer a person's event goes through, and logged with the staff user and the event's id.
+Fields that only a service may change (stamps, archive and delete times, the listing counter)
+are read-only; archive, unarchive, delete and restore are actions. Deleting a channel or member
+here is the soft delete the protocol knows (deleted_at, removed_at), never a row deletion.
 """
 
 from __future__ import annotations
@@ -29,9 +32,15 @@ from artifacts.services.communities import (
     normalize_info,
     normalize_types,
 )
-from artifacts.services.errors import Invalid
-from artifacts.services.members import member_put, member_remove
+from artifacts.services.errors import Invalid, WriteRefused
+from artifacts.services.staff_actions import (
+    staff_channel_delete,
+    staff_channel_update,
+    staff_member_put,
+    staff_member_remove,
+)
 from artifacts.services.tags import text_value
+from nostr.events import Event
 
 
 def _validated(check: Callable[[Any], Any], value: Any) -> Any:
@@ -137,23 +146,49 @@ class ChannelForm(forms.ModelForm):  # type: ignore[type-arg]
         value = self.cleaned_data.get("created_by") or ""
         return str(_validated(normalize_admins, [value])[0]) if value else ""
 
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.instance.pk is not None and self.instance.archived_at is not None:
+            # An edit is a 9002, which an archived channel refuses (PROTOCOL.md section 2).
+            raise forms.ValidationError(ARCHIVED_REFUSAL)
+        return data
 
-def _channel_action(service: str, done: str) -> Any:
+
+ARCHIVED_REFUSAL = "the channel is archived: unarchive it first (archived channels take no writes)"
+
+
+def _logged(text: str, event: Event | None) -> str:
+    """A LogEntry message; a staff action's names its relay-signed event (the entry itself
+    names the staff user)."""
+    return f"{text} (relay-signed {event.kind} {event.id})." if event is not None else f"{text}."
+
+
+def _refused(admin_: admin.ModelAdmin, request: HttpRequest, what: str,  # type: ignore[type-arg]
+             exc: WriteRefused) -> None:
+    admin_.message_user(request, f"{what}: not done ({exc.ok_message}).", messages.ERROR)
+
+
+def _channel_action(service: Callable[..., Any], verb: str, done: str) -> Any:
+    """An action over the selected channels; `service` answers whether it changed the channel
+    (False or None: it already had), with a staff action's event when it made one."""
+
     def action(admin_: ChannelAdmin, request: HttpRequest, queryset: QuerySet[Channel]) -> None:
-        verb = service.split("_", 1)[1]
         changed = 0
         for channel in queryset:
-            if getattr(channel_services, service)(
-                community_id=channel.community_id, channel_id=channel.channel_id
-            ):
+            try:
+                outcome = service(community_id=channel.community_id, channel_id=channel.channel_id)
+            except WriteRefused as exc:
+                _refused(admin_, request, f"channel {channel.channel_id}", exc)
+                continue
+            if outcome:
                 changed += 1
-                admin_.log_change(request, channel, f"{verb.capitalize()}d the channel.")
+                event = outcome if isinstance(outcome, Event) else None
+                admin_.log_change(request, channel, _logged(f"{verb.capitalize()}d the channel",
+                                                            event))
         admin_.message_user(request, f"{changed} channel(s) {done}.", messages.SUCCESS)
 
-    action.__name__ = service
-    return admin.action(description=f"{service.split('_', 1)[1].capitalize()} selected channels")(
-        action
-    )
+    action.__name__ = f"channel_{verb}"
+    return admin.action(description=f"{verb.capitalize()} selected channels")(action)
 
 
 @admin.register(Channel)
@@ -163,10 +198,10 @@ class ChannelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_filter = ["community", "visibility"]
     search_fields = ["name", "channel_id"]
     actions = [
-        _channel_action("channel_archive", "archived"),
-        _channel_action("channel_unarchive", "unarchived"),
-        _channel_action("channel_delete", "deleted"),
-        _channel_action("channel_restore", "restored"),
+        _channel_action(channel_services.channel_archive, "archive", "archived"),
+        _channel_action(channel_services.channel_unarchive, "unarchive", "unarchived"),
+        _channel_action(staff_channel_delete, "delete", "deleted"),
+        _channel_action(channel_services.channel_restore, "restore", "restored"),
     ]
     readonly_fields = ["created_at", "archived_at", "deleted_at"]
 
@@ -176,10 +211,17 @@ class ChannelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def save_model(self, request: HttpRequest, obj: Channel, form: Any, change: bool) -> None:
         if change:
-            channel_services.channel_update(
-                community_id=obj.community_id, channel_id=obj.channel_id,
-                name=obj.name, visibility=obj.visibility,
-            )
+            # Checked by the form (archived channels are refused); a race answers here.
+            try:
+                _, event = staff_channel_update(
+                    community_id=obj.community_id, channel_id=obj.channel_id,
+                    name=obj.name, visibility=obj.visibility,
+                )
+            except WriteRefused as exc:
+                _refused(self, request, f"channel {obj.channel_id}", exc)
+                return
+            if event is not None:
+                self.log_change(request, obj, _logged("Edited the channel", event))
         else:
             channel_services.channel_create(
                 community_id=obj.community_id, channel_id=obj.channel_id, name=obj.name,
@@ -190,7 +232,14 @@ class ChannelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         ).pk
 
     def delete_model(self, request: HttpRequest, obj: Channel) -> None:
-        channel_services.channel_delete(community_id=obj.community_id, channel_id=obj.channel_id)
+        try:
+            event = staff_channel_delete(community_id=obj.community_id,
+                                         channel_id=obj.channel_id)
+        except WriteRefused as exc:
+            _refused(self, request, f"channel {obj.channel_id}", exc)
+            return
+        if event is not None:
+            self.log_change(request, obj, _logged("Deleted the channel", event))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Channel]) -> None:
         for channel in queryset:
@@ -207,11 +256,18 @@ class ChannelMemberForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        community, channel_id = data.get("community"), data.get("channel_id")
-        if community is not None and channel_id is not None and not Channel.objects.filter(
+        community = data.get("community") or getattr(self.instance, "community", None)
+        channel_id = data.get("channel_id") or self.instance.channel_id
+        if community is None or channel_id is None:
+            return data
+        archived = Channel.objects.filter(
             community=community, channel_id=channel_id, deleted_at__isnull=True
-        ).exists():
+        ).values_list("archived_at", flat=True)
+        if not archived.exists():
             raise forms.ValidationError({"channel_id": "no such channel in this community"})
+        if archived.first() is not None:
+            # A put is a 9000, which an archived channel refuses (PROTOCOL.md section 2).
+            raise forms.ValidationError(ARCHIVED_REFUSAL)
         return data
 
 
@@ -232,15 +288,33 @@ class ChannelMemberAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def save_model(
         self, request: HttpRequest, obj: ChannelMember, form: Any, change: bool
     ) -> None:
-        # Saving is a put: grant, rejoin or role change (a no-op save stamps nothing).
-        member_put(community_id=obj.community_id, channel_id=obj.channel_id,
-                   pubkey=obj.pubkey, role=obj.role)
+        # Saving is a put: grant, rejoin or role change (a no-op save stores nothing).
+        try:
+            event = staff_member_put(community_id=obj.community_id, channel_id=obj.channel_id,
+                                     pubkey=obj.pubkey, role=obj.role)
+        except WriteRefused as exc:
+            _refused(self, request, f"member {obj.pubkey}", exc)
+            return
         obj.pk = ChannelMember.objects.get(
             community_id=obj.community_id, channel_id=obj.channel_id, pubkey=obj.pubkey
         ).pk
+        if event is not None:
+            self.log_change(request, obj, _logged(f"Put the member as {obj.role}", event))
 
     def delete_model(self, request: HttpRequest, obj: ChannelMember) -> None:
-        member_remove(community_id=obj.community_id, channel_id=obj.channel_id, pubkey=obj.pubkey)
+        self._remove(request, obj)
+
+    def _remove(self, request: HttpRequest, member: ChannelMember) -> None:
+        # The row stays (removed_at): the removal is a change of it, logged as one.
+        try:
+            event = staff_member_remove(community_id=member.community_id,
+                                        channel_id=member.channel_id, pubkey=member.pubkey)
+        except WriteRefused as exc:
+            _refused(self, request, f"member {member.pubkey}", exc)
+            return
+        if event is not None:
+            self.log_change(request, member, _logged("Removed the member from the channel",
+                                                     event))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ChannelMember]) -> None:
         for member in queryset:
@@ -248,18 +322,22 @@ class ChannelMemberAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.action(description="Remove selected members")
     def remove_members(self, request: HttpRequest, queryset: QuerySet[ChannelMember]) -> None:
-        # The row stays (removed_at): the removal is a change of it, logged as one.
         for member in queryset:
-            if member_remove(community_id=member.community_id, channel_id=member.channel_id,
-                             pubkey=member.pubkey):
-                self.log_change(request, member, "Removed the member from the channel.")
+            self._remove(request, member)
 
     @admin.action(description="Rejoin selected members (same role)")
     def rejoin_members(self, request: HttpRequest, queryset: QuerySet[ChannelMember]) -> None:
         for member in queryset:
-            if member_put(community_id=member.community_id, channel_id=member.channel_id,
-                          pubkey=member.pubkey, role=member.role):
-                self.log_change(request, member, f"Rejoined the member as {member.role}.")
+            try:
+                event = staff_member_put(community_id=member.community_id,
+                                         channel_id=member.channel_id, pubkey=member.pubkey,
+                                         role=member.role)
+            except WriteRefused as exc:
+                _refused(self, request, f"member {member.pubkey}", exc)
+                continue
+            if event is not None:
+                self.log_change(request, member,
+                                _logged(f"Rejoined the member as {member.role}", event))
 
 
 # Heads and revisions: browsing and moderation (registered on import).

@@ -33,10 +33,12 @@ or artifact id, 260 ms on page 50 by OFFSET (pages now follow keys, artifacts.ad
 bench/admin_paging.py), 0.6 s for one author of 500, 2.7 s for a title matching one head in a
 thousand; a value no row has (op delete) runs into the 3 s budget.
 
-Moderation is the writers' (`artifacts.services.redactions.event_redact`): one write
-transaction, stamped by the database clock like every other write, so readers' next
-continuation round sees the redaction as a removal. Staff need no signed Nostr event; each
-action is recorded in Django's LogEntry with the staff user.
+Moderation is a staff action (`artifacts.services.staff_actions.staff_redact`, PROTOCOL.md
+section 2): a 9005 signed by the relay's key, stored and applied by the writer a person's
+redaction goes through, so it is stamped, kept, and streamed live to the subscribers who can
+read the channel; readers' next continuation round sees the redaction as a removal. Staff need
+no key of their own; each action is recorded in Django's LogEntry with the staff user and the
+relay-signed event's id.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ from django.utils.http import urlencode
 
 from artifacts.admin_browse import TextFilter, UncountedAdmin
 from artifacts.models import ArtifactHead, ArtifactRevision, Channel, Community, Event
-from artifacts.services.redactions import event_redact
+from artifacts.services.errors import WriteRefused
+from artifacts.services.staff_actions import staff_redact
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -182,12 +185,23 @@ class HeadOpFilter(admin.SimpleListFilter):
 
 
 def _redact(modeladmin: UncountedAdmin, request: HttpRequest, rows: list[Any], what: str) -> None:
-    redacted = 0
+    redacted = refused = 0
     for row in rows:
-        if event_redact(community_id=row.community_id, event_id=row.event_id):
+        try:
+            event = staff_redact(community_id=row.community_id, event_id=row.event_id)
+        except WriteRefused as exc:
+            refused += 1
+            modeladmin.message_user(
+                request, f"{row.event_id}: not redacted ({exc.ok_message}).", messages.ERROR
+            )
+            continue
+        if event is not None:
             redacted += 1
-            modeladmin.log_change(request, row, f"Redacted {what} event {row.event_id}.")
-    already = len(rows) - redacted
+            modeladmin.log_change(
+                request, row, f"Redacted {what} event {row.event_id} (relay-signed {event.kind}"
+                f" {event.id})."
+            )
+    already = len(rows) - redacted - refused
     note = f" ({already} already redacted)" if already else ""
     modeladmin.message_user(request, f"{redacted} event(s) redacted{note}.", messages.SUCCESS)
 

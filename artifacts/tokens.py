@@ -44,12 +44,14 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCMSIV
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 
-TOKEN_VERSION = 1
+# 2: the fixed part carries the round's and the previous round's first-page snapshot xmin.
+TOKEN_VERSION = 2
 _NONCE_BYTES = 12
 _TAG_BYTES = 16
 # Fields: phase, epoch, database, round T, watermark W, cursor time, view digest, view T,
-# view fingerprint, issued at, cursor key length; then the cursor key itself.
-_FIELDS = struct.Struct(">Bq8sqqq16sq8sqB")
+# view fingerprint, issued at, round xmin, previous round xmin, cursor key length; then the
+# cursor key itself.
+_FIELDS = struct.Struct(">Bq8sqqq16sq8sqQQB")
 _MAX_CURSOR_KEY = 32
 # The view part: flags (bit 0: V is carried; bit 1: the catch-up is pending), the number of
 # channels of V; then V, the bitmap of C, and the catch-up cursor's length and bytes.
@@ -110,6 +112,11 @@ class ProgressToken:
     catchup: frozenset[bytes] = frozenset()
     catchup_pending: bool = False
     catchup_cursor: bytes = b""
+    # Re-read, not re-sent (PROTOCOL.md section 5): the snapshot xmin (xid8) of this round's
+    # first page, and of the previous round's first page (0: unknown, the round sends every
+    # candidate). A row version whose xmin is below the latter was visible to that page.
+    round_xmin: int = 0
+    previous_xmin: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +181,8 @@ def encode_progress(
         _micros(token.view_t),
         token.view_fingerprint,
         _micros(token.issued_at),
+        token.round_xmin,
+        token.previous_xmin,
         len(token.cursor_key),
     )
     header = bytes([version])
@@ -235,7 +244,7 @@ def _unpack(plain: bytes) -> ProgressToken:
     try:
         (
             phase, epoch, database, round_t, watermark, cursor_at, view_digest, view_t,
-            fingerprint, issued_at, key_length,
+            fingerprint, issued_at, round_xmin, previous_xmin, key_length,
         ) = _FIELDS.unpack_from(plain)
         cursor_key = plain[_FIELDS.size : _FIELDS.size + key_length]
         if len(cursor_key) != key_length:
@@ -259,6 +268,8 @@ def _unpack(plain: bytes) -> ProgressToken:
             catchup=catchup,
             catchup_pending=catchup_pending,
             catchup_cursor=catchup_cursor,
+            round_xmin=round_xmin,
+            previous_xmin=previous_xmin,
         )
     except (struct.error, ValueError, OverflowError) as exc:
         # Authentic but unreadable can only be a bug of ours; the client still gets a 400.

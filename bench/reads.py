@@ -237,6 +237,8 @@ def explain_buffers(community_id: int, reader: str, at: Any, overlap: timedelta)
 
     params = {
         "community": community_id, "reader": reader, "round_t": None, "low": at - overlap,
+        # Every candidate passes (the k changes were not seen by a previous round).
+        "resend_from": at - overlap, "seen_xmin": 0,
         "window": PAGE_LIMIT + PAGE_LIMIT // 4 + 16, "want": PAGE_LIMIT, "cursor_at": None,
         "cursor_key": None,
     }

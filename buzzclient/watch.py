@@ -1,4 +1,5 @@
-"""``buzz-sync --watch``: rounds triggered by live WebSocket events, or by a poll timer.
+"""``buzz-sync --watch``: rounds triggered by live WebSocket events (revisions, markers and
+redactions), or by a poll timer.
 
 PROTOCOL.md section 8: the live stream is a view, not a sync log, so a live event is only a hint
 that something changed; the collection itself only ever changes through an HTTP round, which
@@ -23,12 +24,14 @@ from websockets.sync.client import ClientConnection, connect
 from buzzclient.backoff import RetryPolicy
 from buzzclient.errors import SyncError, Unauthorized, UnknownCommunity
 from buzzclient.sync import Round, RoundSummary, Syncer
-from nostr.kinds import SYNC_KINDS
+from nostr.kinds import KIND_REDACTION, SYNC_KINDS
 from nostr.nip42 import make_auth
 
 logger = logging.getLogger("buzzclient")
 
-LIVE_KINDS = list(SYNC_KINDS)
+# Redactions too (PROTOCOL.md section 8): a redacted artifact leaves the collection in the
+# round its 9005 triggers. Access changes need no kind: they arrive as NOTICE or CLOSED.
+LIVE_KINDS = [*SYNC_KINDS, KIND_REDACTION]
 MAX_TAG_VALUES = 256  # PROTOCOL.md section 5 bounds tag values per filter; REQ filters alike
 SESSION_TIMEOUT = 10.0
 
@@ -58,6 +61,9 @@ class LiveHints(threading.Thread):
         self._stop = threading.Event()
         self.retry = retry or RetryPolicy(base=1.0, cap=60.0)
         self.connected = threading.Event()  # authenticated and subscribed
+        # What the REQs name: without 9005 after a relay refused it (`blocked:`, a relay from
+        # before redactions were served live), which then still hints revisions and markers.
+        self.kinds = list(LIVE_KINDS)
 
     def stop(self) -> None:
         self._stop.set()
@@ -111,6 +117,10 @@ class LiveHints(threading.Thread):
             elif verb == "CLOSED" and len(message) > 1 and message[1] in subscriptions:
                 reason = str(message[2]) if len(message) > 2 else ""
                 logger.info("subscription closed by relay: %s", reason)
+                if reason.startswith("blocked:") and KIND_REDACTION in self.kinds:
+                    self.kinds = list(SYNC_KINDS)
+                    raise SessionError("the relay does not serve redactions live: subscribing"
+                                       " to revisions and markers only")
                 subscriptions.remove(message[1])
                 # Access to named channels was revoked: a round removes what went with it.
                 self._on_hint("subscription closed")
@@ -122,9 +132,9 @@ class LiveHints(threading.Thread):
         # limit 1: the replay before EOSE is not needed (rounds fetch the data).
         for start in range(0, len(self.channels), MAX_TAG_VALUES):
             chunk = self.channels[start : start + MAX_TAG_VALUES]
-            filters.append({"kinds": LIVE_KINDS, "#h": chunk, "limit": 1})
+            filters.append({"kinds": self.kinds, "#h": chunk, "limit": 1})
         if not filters:
-            filters.append({"kinds": LIVE_KINDS, "limit": 1})
+            filters.append({"kinds": self.kinds, "limit": 1})
         sub_ids = []
         for filter_ in filters:
             sub_id = "buzz-sync-" + secrets.token_hex(4)

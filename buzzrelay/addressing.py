@@ -21,6 +21,7 @@ __all__ = [
     "RequestAddress",
     "client_address",
     "host_without_port",
+    "in_networks",
     "public_host",
     "public_netloc",
     "public_secure",
@@ -90,6 +91,16 @@ def client_address(address: RequestAddress) -> str:
         return peer
     hops = [h.strip() for h in address.forwarded_for.split(",") if h.strip()]
     return hops[-1] if hops else peer
+
+
+def in_networks(client: str, networks: tuple[str, ...]) -> bool:
+    """Whether the client address `client` (client_address's answer) is in one of `networks`
+    (validated CIDR strings, buzzrelay.config); an address that is no IP is in none."""
+    try:
+        parsed = ip_address(client)
+    except ValueError:
+        return False
+    return any(parsed in ip_network(net) for net in networks)
 
 
 def public_secure(address: RequestAddress) -> bool:

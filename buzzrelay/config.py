@@ -97,6 +97,30 @@ class Config:
     # monitored master (redis://mymaster/0, django-redis' convention), found through them. Their
     # own credentials: REDIS_SENTINEL_PASSWORD[_FILE], or `[user]:password@` before the list.
     redis_sentinels: Sentinels = field(default_factory=Sentinels)
+    # RELAY_APP: serve the task board built on buzz-sync-js at /app/ (on in the quickstart).
+    app_enabled: bool = False
+    # The staff console (/admin/): its sign-in limits, second factor, network and session.
+    console: ConsoleConfig = field(default_factory=lambda: ConsoleConfig())
+
+
+@dataclass(frozen=True)
+class ConsoleConfig:
+    """The staff console's exposure (docs/operations.md, "The staff console")."""
+
+    # ADMIN_REQUIRE_2FA: staff pages need a session verified by a second factor (TOTP or a
+    # recovery code); a staff user without one is sent to enrol after the password.
+    require_2fa: bool = False
+    # ADMIN_ALLOWED_NETWORKS: clients outside these networks get a 404 for /admin/ (empty: all).
+    allowed_networks: tuple[str, ...] = ()
+    # ADMIN_SESSION_IDLE_MINUTES: a staff session ends after this long without a request.
+    session_idle_seconds: int = 30 * 60
+    # ADMIN_LOGIN_FAILURE_LIMIT failed sign-ins lock the account and, separately, the client
+    # address; ADMIN_LOGIN_LOCKOUT_MINUTES later they unlock themselves (0: only by staff).
+    login_failure_limit: int = 10
+    login_lockout_seconds: int = 60 * 60
+    # RELAY_HSTS_SECONDS: Strict-Transport-Security max-age (0: not sent); needs an https
+    # RELAY_PUBLIC_URL.
+    hsts_seconds: int = 0
 
 
 @dataclass(frozen=True)
@@ -281,6 +305,24 @@ def _networks(name: str, raw: str | None) -> tuple[str, ...]:
     return tuple(networks)
 
 
+def _console(public_url: str | None) -> ConsoleConfig:
+    hsts_seconds = _int("RELAY_HSTS_SECONDS", 0, minimum=0)
+    if hsts_seconds and not (public_url or "").startswith("https://"):
+        raise ConfigError(
+            "RELAY_HSTS_SECONDS needs RELAY_PUBLIC_URL=https://... (HSTS is only sent over https)"
+        )
+    return ConsoleConfig(
+        require_2fa=_bool("ADMIN_REQUIRE_2FA", False),
+        allowed_networks=_networks("ADMIN_ALLOWED_NETWORKS", _env("ADMIN_ALLOWED_NETWORKS")),
+        session_idle_seconds=60 * _int("ADMIN_SESSION_IDLE_MINUTES", 30, minimum=1,
+                                       unit="minutes"),
+        login_failure_limit=_int("ADMIN_LOGIN_FAILURE_LIMIT", 10, minimum=1, unit="attempts"),
+        login_lockout_seconds=60 * _int("ADMIN_LOGIN_LOCKOUT_MINUTES", 60, minimum=0,
+                                        unit="minutes"),
+        hsts_seconds=hsts_seconds,
+    )
+
+
 def _metrics_token() -> str | None:
     token = _secret("METRICS_TOKEN")
     if token is not None and (len(token) < 16 or any(c.isspace() for c in token)):
@@ -449,7 +491,8 @@ def read_config() -> Config:
                 b"buzz django SECRET_KEY\0" + bytes.fromhex(relay_secret)
             ).hexdigest()
         else:
-            secret_key = "buzz-dev-" + secrets.token_hex(16)
+            secret_key = "buzz-dev-" + secrets.token_hex(32)
+    public_url = _public_url(_env("RELAY_PUBLIC_URL"))
     return Config(
         database=database,
         database_url=database_url,
@@ -458,7 +501,7 @@ def read_config() -> Config:
         relay_pubkey=pubkey_from_secret(relay_secret),
         relay_key_generated=configured is None,
         previous_relay_secrets=previous,
-        public_url=_public_url(_env("RELAY_PUBLIC_URL")),
+        public_url=public_url,
         trusted_proxies=_trusted_proxies(_env("RELAY_TRUSTED_PROXIES")),
         secret_key=secret_key,
         debug=debug,
@@ -485,6 +528,8 @@ def read_config() -> Config:
         relay_info=_relay_info(),
         metrics_token=_metrics_token(),
         metrics_networks=_networks("METRICS_ALLOWED_NETWORKS", _env("METRICS_ALLOWED_NETWORKS")),
+        app_enabled=_bool("RELAY_APP", False),
+        console=_console(public_url),
     )
 
 

@@ -91,6 +91,7 @@ def _prepare_environment(directory: Path) -> EmbeddedPostgres | None:
         os.environ["DATABASE_URL"] = server.url("buzz")
     if not (os.environ.get("RELAY_SIGNING_KEY") or os.environ.get("RELAY_SIGNING_KEY_FILE")):
         os.environ["RELAY_SIGNING_KEY_FILE"] = str(ensure_relay_key(directory))
+    os.environ.setdefault("RELAY_APP", "1")  # the task board at /app/ (buzz-sync-js)
     return server
 
 
@@ -140,11 +141,15 @@ def first_user_guide(
     host = hosts[0]
     relay = f"ws://{host}:{port}"
     admin = ROOT / ".venv" / "bin" / "buzz-admin"
+    from django.conf import settings  # configured by the time the guide is printed
+
     return (
         "\nBuzz relay is starting.\n"
         f"  URL:          {'  '.join(urls)}  (Nostr clients: {relay})\n"
         f"  relay pubkey: {relay_pubkey}\n"
-        f"  staff login:  {urls[0]}admin/  user {STAFF_USERNAME!r}, password {password!r} "
+        + (f"  task board:   {urls[0]}app/  (buzz-sync-js in the browser; RELAY_APP=0 turns it "
+           "off)\n" if settings.RELAY_APP_ENABLED else "")
+        + f"  staff login:  {urls[0]}admin/  user {STAFF_USERNAME!r}, password {password!r} "
         f"(kept in {password_file})\n"
         f"  database:     {database}\n"
         f"                DATABASE_URL={database_url}\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import cast
 
@@ -45,18 +46,32 @@ INSTALLED_APPS = [
     "channels",
     "artifacts",
     "relayinfo",
+    # The staff console's sign-in limits and second factor (buzzrelay/settings.py, "Staff
+    # console" below).
+    "axes",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
     # No models: `manage.py` commands for every `buzz-admin` subcommand (buzzrelay/management).
     "buzzrelay",
 ]
 
 MIDDLEWARE = [
+    # First: the public scheme by the relay's address rules (HSTS, CSRF and secure cookies read
+    # it), and ADMIN_ALLOWED_NETWORKS' 404 before anything of the console runs.
+    "buzzrelay.console.ConsoleMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # request.user.is_verified(): the session's second factor (relayinfo.admin_site).
+    "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Answers a sign-in refused because the account or address is locked out (after the
+    # view, which raised the flag).
+    "axes.middleware.AxesMiddleware",
     # Last, and sync-only, on purpose: Django runs every middleware before it in the same mode,
     # so under ASGI the whole chain runs on one thread. First in the list it made the others
     # async, and each of their hooks then paid a thread hop (34 per request: /healthz took
@@ -291,6 +306,8 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 STATIC_URL = "/static/"
+# The task board at /app/ (buzzrelay/app_page.py; its assets are buzzrelay/static/buzz-app/).
+RELAY_APP_ENABLED = CONFIG.app_enabled
 # Collected by `buzz-admin serve` (and the quickstart, and the test suite) before serving, when
 # the relay's static files changed (buzzrelay.static_files); served by WhiteNoise's index.
 STATIC_ROOT = Path(CONFIG.static_root) if CONFIG.static_root else BASE_DIR / ".data" / "static"
@@ -301,7 +318,68 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Staff console (/admin/): what makes it safe to expose (docs/operations.md, "The staff
+# console"). The public scheme is RELAY_PUBLIC_URL's: https makes the cookies Secure, names the
+# origin CSRF checks accept, and allows HSTS.
+_CONSOLE = CONFIG.console
+_HTTPS = (CONFIG.public_url or "").startswith("https://")
+# buzzrelay.console.ConsoleMiddleware sets this META key on every request from the relay's own
+# rules (RELAY_PUBLIC_URL, then X-Forwarded-Proto from RELAY_TRUSTED_PROXIES only), after
+# removing whatever a client sent under that name: request.is_secure() follows those rules.
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_BUZZ_PUBLIC_SCHEME", "https")
+SESSION_COOKIE_SECURE = _HTTPS
+CSRF_COOKIE_SECURE = _HTTPS
 SESSION_COOKIE_HTTPONLY = True
+# The admin's forms carry the token in the page; no script needs to read the cookie.
+CSRF_COOKIE_HTTPONLY = True
+# Lax: a link into the console (from a chat, an alert) still arrives signed in; cross-site POSTs
+# carry no cookie.
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+CSRF_TRUSTED_ORIGINS = [CONFIG.public_url] if CONFIG.public_url else []
+# Idle expiry: every request pushes the end of the session ADMIN_SESSION_IDLE_MINUTES ahead
+# (only sessions that exist are saved: the relay's API requests carry none).
+SESSION_COOKIE_AGE = _CONSOLE.session_idle_seconds
+SESSION_SAVE_EVERY_REQUEST = True
+# HSTS only when asked (RELAY_HSTS_SECONDS): once a browser has seen it, it refuses plain http to
+# this host for max-age, so a certificate problem locks every user out until it is fixed.
+SECURE_HSTS_SECONDS = _CONSOLE.hsts_seconds
+SILENCED_SYSTEM_CHECKS = [
+    # SECURE_SSL_REDIRECT: the proxy redirects http to https (deploy/nginx/buzz.conf, port 80);
+    # the relay itself listens on plain http behind it, and its health checks use that.
+    "security.W008",
+    # HSTS for subdomains and preloading: the relay sets it for its own host only; other
+    # services under the same domain are not the relay's to pin (set it at the proxy).
+    "security.W005",
+    "security.W021",
+]
+if not SECURE_HSTS_SECONDS:
+    # HSTS off is the default on purpose (above); RELAY_HSTS_SECONDS turns it on.
+    SILENCED_SYSTEM_CHECKS.append("security.W004")
+
+AUTHENTICATION_BACKENDS = [
+    # First: refuses a locked-out account or address before the password is checked.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Failed sign-ins counted per account and, separately, per client address (either reaching the
+# limit locks), in PostgreSQL so every worker and instance shares them; the client address is
+# the relay's one rule (RELAY_TRUSTED_PROXIES).
+AXES_FAILURE_LIMIT = _CONSOLE.login_failure_limit
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_COOLOFF_TIME = (
+    timedelta(seconds=_CONSOLE.login_lockout_seconds) if _CONSOLE.login_lockout_seconds else None
+)
+AXES_CLIENT_IP_CALLABLE = "buzzrelay.console.client_ip"
+AXES_LOCKOUT_CALLABLE = "relayinfo.staff.lockout_response"
+AXES_RESET_ON_SUCCESS = True
+# The relay logs one line per refusal itself (relayinfo.staff); axes' own lines stay at WARNING.
+AXES_VERBOSE = False
+# ADMIN_REQUIRE_2FA: staff pages need a session verified by TOTP or a recovery code.
+ADMIN_REQUIRE_2FA = _CONSOLE.require_2fa
+ADMIN_ALLOWED_NETWORKS = _CONSOLE.allowed_networks
+OTP_TOTP_ISSUER = "Buzz relay"
 
 LOGGING = {
     "version": 1,
@@ -324,5 +402,8 @@ LOGGING = {
         "django.security": {
             "handlers": ["console_one_line"], "level": "WARNING", "propagate": False,
         },
+        # django-axes logs two lines per failed sign-in with the account masked; the relay's own
+        # line (relayinfo.staff, logger buzzrelay.console) names account and client once.
+        "axes": {"level": "ERROR"},
     },
 }

@@ -1,16 +1,18 @@
 """HTTP routes. The WebSocket at `/` is routed in buzzrelay/asgi.py."""
 
 from django.contrib import admin
-from django.contrib.admin.views.decorators import staff_member_required
 from django.urls import include, path
 
+from buzzrelay.app_page import app_page
 from buzzrelay.edge.openapi_views import APIDocsView, OpenAPIView
 
 urlpatterns = [
-    # Staff only (others are sent to the admin's login page); before the admin's own routes.
-    path("admin/api/", staff_member_required(APIDocsView.as_view()), name="api-docs"),
+    # Staff only, under the console's rules (second factor included; others are sent to the
+    # admin's login page); before the admin's own routes.
+    path("admin/api/", admin.site.admin_view(APIDocsView.as_view()), name="api-docs"),
     path("admin/", admin.site.urls),
     path("openapi.json", OpenAPIView.as_view(), name="openapi"),
+    path("app/", app_page, name="app"),
     path("", include("relayinfo.urls")),
     path("", include("artifacts.urls")),
 ]

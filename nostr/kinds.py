@@ -28,6 +28,11 @@ CHANNEL_KINDS: Final = (
     KIND_PUT_MEMBER, KIND_REMOVE_MEMBER, KIND_EDIT_CHANNEL, KIND_REDACTION, KIND_CREATE_CHANNEL,
     KIND_DELETE_CHANNEL,
 )
+# The stored events that tell a subscriber its own access to a channel changed (PROTOCOL.md
+# section 8): streamed to a REQ that names their kind, live only.
+HINT_KINDS: Final = (KIND_PUT_MEMBER, KIND_REMOVE_MEMBER, KIND_EDIT_CHANNEL, KIND_DELETE_CHANNEL)
+# What a REQ may name besides SYNC_KINDS: streamed live only, never replayed.
+LIVE_ONLY_KINDS: Final = (KIND_REDACTION, *HINT_KINDS)
 
 # Authentication events: NIP-42 (WebSocket) and NIP-98 (HTTP).
 KIND_CLIENT_AUTH: Final = 22242

@@ -1,5 +1,6 @@
 """The relay's Django admin site: Django's own, plus the staff deployment-readiness page and the
-readiness verdict (with its failing items) on the index.
+readiness verdict (with its failing items) on the index, signed in with a second factor
+(relayinfo.admin_login; required with ADMIN_REQUIRE_2FA) under django-axes' limits.
 
 Installed through `relayinfo.admin_apps.BuzzAdminConfig`, so `django.contrib.admin.site` is this
 site and every app's admin.py registers on it as usual.
@@ -9,16 +10,57 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import admin
-from django.http import HttpRequest
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path, reverse
+from django.utils.decorators import method_decorator
+from django.views.decorators.cache import never_cache
+
+from relayinfo.admin_login import StaffLoginForm, enrol_view
+from relayinfo.nostr_login import nostr_login_view
+
+ENROL_URL_NAME = "two_factor"
+
+
+method_decorator_never_cache = method_decorator(never_cache)
 
 
 class BuzzAdminSite(admin.AdminSite):
     site_header = "Buzz relay administration"
     site_title = "Buzz relay"
     index_title = "Relay administration"
+    login_form = StaffLoginForm
+    login_template = "admin/buzz_login.html"
+
+    def has_permission(self, request: HttpRequest) -> bool:
+        """Django's rule (active staff), and with ADMIN_REQUIRE_2FA a session verified by a
+        second factor (django-otp's middleware sets `is_verified`)."""
+        if not super().has_permission(request):
+            return False
+        return not settings.ADMIN_REQUIRE_2FA or bool(
+            request.user.is_verified()  # type: ignore[union-attr]
+        )
+
+    @method_decorator_never_cache
+    def login(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """A staff member signed in with a password only, while ADMIN_REQUIRE_2FA asks for a
+        second factor, is sent to enrol one (they have none: the form asks for the code of any
+        they have)."""
+        user = request.user
+        if (
+            request.method == "GET"
+            and user.is_active and user.is_staff
+            and not self.has_permission(request)
+        ):
+            return redirect(f"admin:{ENROL_URL_NAME}")
+        context = {"require_2fa": settings.ADMIN_REQUIRE_2FA, **(extra_context or {})}
+        return super().login(request, context)
 
     def get_urls(self) -> list[URLResolver | URLPattern]:
         from relayinfo.admin import readiness_view
@@ -29,7 +71,16 @@ class BuzzAdminSite(admin.AdminSite):
             self.admin_view(readiness_view),
             name="relayinfo_readiness",
         )
-        return [page, *super().get_urls()]
+        # Active staff signed in with a password: not admin_view, which with ADMIN_REQUIRE_2FA
+        # would send them back to the login page they came from.
+        enrol = path(
+            "two-factor/",
+            never_cache(staff_member_required(enrol_view, login_url="admin:login")),
+            name=ENROL_URL_NAME,
+        )
+        # Anyone (it signs in); POST under the CSRF middleware like the login form.
+        nostr = path("nostr-login/", never_cache(nostr_login_view), name="nostr_login")
+        return [page, enrol, nostr, *super().get_urls()]
 
     def index(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

@@ -100,6 +100,20 @@ WEBSOCKET_SUBSCRIPTIONS = Gauge(
     "buzz_websocket_subscriptions", "Open REQ subscriptions on the WebSocket connections",
     multiprocess_mode="livesum",
 )
+# The staff console's sign-ins (relayinfo.staff): failures by what was wrong (password,
+# second_factor, nostr_key: a Nostr sign-in refused), and refusals of a locked-out account or
+# client address: alert on a rise.
+ADMIN_LOGIN_FAILURES = Counter(
+    "buzz_admin_login_failures", "Staff sign-ins that failed, by what was wrong", ["reason"]
+)
+ADMIN_LOGIN_REFUSALS = Counter(
+    "buzz_admin_login_refusals",
+    "Staff sign-ins refused because the account or client address is locked out",
+)
+# Bound once, so both reasons are exported (at 0) before the first failure.
+ADMIN_LOGIN_FAILED_PASSWORD = ADMIN_LOGIN_FAILURES.labels("password")
+ADMIN_LOGIN_FAILED_SECOND_FACTOR = ADMIN_LOGIN_FAILURES.labels("second_factor")
+ADMIN_LOGIN_FAILED_NOSTR_KEY = ADMIN_LOGIN_FAILURES.labels("nostr_key")
 HUB_DROPS = Counter(
     "buzz_hub_drops",
     "Live events not delivered (the client is told to run an HTTP round), by cause: lost = "

@@ -88,3 +88,22 @@ class AuthReplayClaim(models.Model):
 
     class Meta:
         db_table = "auth_replay_claims"
+
+
+class StaffNostrKey(models.Model):
+    """The Nostr key a staff user may sign in to the console with (relayinfo.nostr_login).
+
+    Only this mapping grants console access to a key: a community's admin pubkeys (artifacts'
+    Community.admin_pubkeys) are rights inside that community, never staff rights. Set with
+    `buzz-admin staff nostr-key`.
+    """
+
+    user = models.OneToOneField("auth.User", on_delete=models.CASCADE, related_name="nostr_key")
+    # 64 lowercase hex characters (x-only BIP-340 key), as NIP-98 events carry it.
+    pubkey = models.CharField(max_length=64, unique=True)
+
+    class Meta:
+        db_table = "staff_nostr_keys"
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.pubkey[:12]}"

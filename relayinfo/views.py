@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-from ipaddress import ip_address, ip_network
 from typing import Any
 
 from django.conf import settings
@@ -17,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from artifacts.ws.dbcall import run_db
+from buzzrelay.addressing import in_networks
 from buzzrelay.edge.openapi import (
     COMMON_ERRORS,
     JSON,
@@ -149,11 +149,7 @@ def metrics_refusal(request: HttpRequest) -> HttpResponse | None:
         if scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token):
             return None
     allowed = networks or (() if token is not None else LOOPBACK)
-    try:
-        address = ip_address(client_address(request))
-    except ValueError:
-        address = None
-    if address is not None and any(address in ip_network(net) for net in allowed):
+    if in_networks(client_address(request), allowed):
         return None
     if token is not None:
         return json_error(

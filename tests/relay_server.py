@@ -115,11 +115,13 @@ def server_env(overrides: Mapping[str, str | None] | None = None) -> dict[str, s
 
 
 def start_relay(
-    env_overrides: Mapping[str, str | None] | None = None, *, workers: int = 1
+    env_overrides: Mapping[str, str | None] | None = None, *, workers: int = 1,
+    port: int | None = None,
 ) -> RelayProcess:
-    """Start a relay server (`buzz-admin serve`, `workers` processes) on a free port and wait
-    until it answers /healthz."""
-    port = free_port()
+    """Start a relay server (`buzz-admin serve`, `workers` processes) on `port` (a free one by
+    default; a test restarting "the same relay" passes the old one) and wait until it answers
+    /healthz."""
+    port = port or free_port()
     env = server_env(env_overrides)
     log_path = Path(tempfile.mkstemp(prefix=f"relay-{port}-", suffix=".log")[1])
     with log_path.open("ab") as log:

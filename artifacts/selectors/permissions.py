@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
+
 from artifacts.models import Channel, ChannelMember
 from artifacts.selectors.readability import channel_is_readable, type_is_allowed
 
 _ACCESS_SQL = """
 SELECT co.artifacts_enabled, co.artifact_types, co.open_channel_creation,
-       %(pubkey)s = ANY(co.admin_pubkeys),
+       (%(pubkey)s = ANY(co.admin_pubkeys) OR %(pubkey)s = %(relay)s),
        ch.visibility, ch.archived_at IS NOT NULL, m.role
 FROM communities co
 LEFT JOIN channels ch
@@ -70,8 +72,12 @@ def access_statement(
     community_id: int, channel_id: UUID, pubkey: str
 ) -> tuple[str, dict[str, object]]:
     """The one query behind `ChannelAccess` (prepared: every write asks, and planning the
-    joins cost 8x running them); `access_from_rows` reads its rows."""
-    return _ACCESS_SQL, {"community": community_id, "channel": channel_id, "pubkey": pubkey}
+    joins cost 8x running them); `access_from_rows` reads its rows.
+
+    The relay's own key counts as a community admin (PROTOCOL.md section 2, staff actions:
+    the operators' moderation is stored as events it signs); only the relay holds it."""
+    return _ACCESS_SQL, {"community": community_id, "channel": channel_id, "pubkey": pubkey,
+                         "relay": settings.RELAY_PUBKEY}
 
 
 def access_from_rows(

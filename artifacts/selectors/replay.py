@@ -206,12 +206,19 @@ class ChannelState:
 
     channel_id: str
     exists: bool  # exists and is not deleted
-    open: bool
+    open: bool  # of a deleted channel too: its visibility when it was deleted
     members: frozenset[str]  # active members (only loaded for private channels)
 
     def readable_by_any(self, pubkeys: Collection[str]) -> bool:
         return channel_is_readable(
             exists=self.exists, open=self.open, member=any(p in self.members for p in pubkeys)
+        )
+
+    def readable_if_listed(self, pubkeys: Collection[str]) -> bool:
+        """Readable but for a deletion: who could read a channel until it was deleted, or can
+        since it was restored."""
+        return channel_is_readable(
+            exists=True, open=self.open, member=any(p in self.members for p in pubkeys)
         )
 
 
@@ -227,20 +234,23 @@ class CommunityPolicy:
         )
 
 
+# Deleted channels too (not `exists`): who could read one until its deletion decides who hears
+# of the deletion (PROTOCOL.md section 8).
 _CHANNEL_STATES = """
 SELECT c.channel_id::text, c.visibility,
        CASE WHEN c.visibility = 'open' THEN NULL ELSE ARRAY(
            SELECT m.pubkey FROM channel_members m
            WHERE m.community_id = c.community_id AND m.channel_id = c.channel_id
-             AND m.removed_at IS NULL) END
+             AND m.removed_at IS NULL) END,
+       c.deleted_at IS NULL
 FROM channels c
 WHERE c.community_id = %(community)s AND c.channel_id = ANY(%(channels)s::uuid[])
-  AND c.deleted_at IS NULL
 """
 
 
 def channel_states(*, community_id: int, channel_ids: Collection[str]) -> dict[str, ChannelState]:
-    """The state of each named channel; a missing or deleted channel is `exists=False`."""
+    """The state of each named channel; a missing or deleted channel is `exists=False` (a
+    deleted one keeps its visibility and members)."""
     states = {
         cid: ChannelState(channel_id=cid, exists=False, open=False, members=frozenset())
         for cid in channel_ids
@@ -252,10 +262,10 @@ def channel_states(*, community_id: int, channel_ids: Collection[str]) -> dict[s
             _CHANNEL_STATES,
             {"community": community_id, "channels": [UUID(c) for c in channel_ids]},
         )
-        for channel_id, visibility, members in cursor:
+        for channel_id, visibility, members, live in cursor:
             states[channel_id] = ChannelState(
                 channel_id=channel_id,
-                exists=True,
+                exists=live,
                 open=visibility == "open",
                 members=frozenset(members or ()),
             )

@@ -20,6 +20,13 @@ the filter's `#h` (the removal rule): nothing else is ever named to P. Candidate
 filter or the policy excludes are skipped: the reader's view (constant between resets) never let
 them into its collection.
 
+Re-read, not re-sent (PROTOCOL.md section 5): a HEADS or MOVES candidate stamped below
+%(resend_from)s (W, when the page knows the previous round's first snapshot; otherwise W -
+overlap, and every candidate passes) comes out only if its row version was not yet visible to that
+snapshot, by `_unseen`: the head's version for a head; for a move, the move revision's or its
+artifact's head's (the move stands for the head). The rows are still read and counted in the
+window: the page's bounded work is the same, only what it sends shrinks.
+
 Result columns: kind (0 hit, 1 trailer), position time, position key (native, for ordering),
 position key (text), artifact id, stored event JSON (events only), removal reason (removals only),
 window row count (trailer only).
@@ -40,6 +47,20 @@ _POSITION = {
 }
 
 
+# A row version not yet visible to the previous round's first page, by its 32-bit `xmin`
+# against the low 32 bits of that snapshot's xmin (%(seen_xmin)s, an xid8): the modular
+# difference, as PostgreSQL compares xids, is below 2^31 for an xmin at or after it. Sound: a
+# version that snapshot did not see belongs to a transaction running then or begun later, whose
+# xid is at or above the snapshot's xmin and below the current page's xmax, and the page filters
+# only while those are less than 2^31 apart (rounds.py), where the difference is exact. Anything
+# else (an xid older than the snapshot's xmin but committed after it cannot exist; a very old or
+# frozen row's preserved xmin may land either side) can only make a candidate travel that had
+# been seen, never hold back one that had not. Subtransaction xids are above their parent's,
+# so they err the same way.
+def _unseen(xmin: str) -> str:
+    return f"(({xmin}::text::bigint - %(seen_xmin)s::bigint) & 4294967295) < 2147483648"
+
+
 # The head event of a candidate, by index, one row at a time (LATERAL): a join would let the
 # planner hash a small community's whole events table for a window of a few hundred rows.
 _HEAD_EVENT = """SELECT ev.raw, ev.deleted_at FROM events ev
@@ -54,13 +75,14 @@ def _window(phase: Phase, *, with_cursor: bool) -> str:
     """At most %(window)s rows of the phase's stream after the cursor, in stream order."""
     at, key = _POSITION[phase]
     if phase is Phase.MOVES:
-        columns = "r.modified_at, r.event_id, r.artifact_id"
+        columns = "r.modified_at, r.event_id, r.artifact_id, r.xmin AS row_xmin"
         table = "artifact_revisions"
         where = "r.source_channel_id IS NOT NULL AND r.modified_at >= %(low)s"
         key_param = "%(cursor_key)s"
     else:
         columns = (
             "r.modified_at, r.artifact_id, r.event_id, r.channel_id, r.artifact_type, r.deleted"
+            + (", r.xmin AS row_xmin" if phase is Phase.HEADS else "")
         )
         table = "artifact_heads"
         where = "r.modified_at >= %(low)s" if phase is Phase.HEADS else "TRUE"
@@ -75,27 +97,33 @@ def _window(phase: Phase, *, with_cursor: bool) -> str:
 @cache
 def window_sql(phase: Phase, *, with_cursor: bool, has_channels: bool, has_types: bool) -> str:
     """The statement for one window of `phase`. Parameters: community, reader, round_t, low
-    (W - overlap), window, want, cursor_at/cursor_key (with a cursor), filter_h (the filter's
-    `#h`, when it has one) and types (the types both the policy and the filter allow, when
-    either restricts them; the page read the policy in its snapshot and skips the walk
-    altogether when artifacts are disabled)."""
+    (W - overlap), resend_from and seen_xmin (HEADS and MOVES: re-read, not re-sent), window,
+    want, cursor_at/cursor_key (with a cursor), filter_h (the filter's `#h`, when it has one)
+    and types (the types both the policy and the filter allow, when either restricts them; the
+    page read the policy in its snapshot and skips the walk altogether when artifacts are
+    disabled)."""
     channels_param = "filter_h" if has_channels else None
     at, key = _POSITION[phase]
     if phase is Phase.MOVES:
         # Each move stands for its artifact's current head. LEFT JOIN: the window's rows are
         # counted for the trailer whatever the join finds.
-        heads = """
+        heads = f"""
             SELECT w.modified_at AS at, w.event_id AS pos, h.artifact_id, h.event_id,
                    h.channel_id, h.artifact_type, h.deleted,
                    h.modified_at >= %(low)s AND h.modified_at < %(round_t)s AS own_phase
               FROM w LEFT JOIN artifact_heads h
-                ON h.community_id = %(community)s AND h.artifact_id = w.artifact_id"""
+                ON h.community_id = %(community)s AND h.artifact_id = w.artifact_id
+             WHERE w.modified_at >= %(resend_from)s OR {_unseen("w.row_xmin")}
+                   OR {_unseen("h.xmin")}"""
         skip = " AND s.artifact_id IS NOT NULL AND NOT s.own_phase"
     else:
         heads = """
             SELECT w.modified_at AS at, w.artifact_id AS pos, w.artifact_id, w.event_id,
                    w.channel_id, w.artifact_type, w.deleted
               FROM w"""
+        if phase is Phase.HEADS:
+            heads += f"""
+             WHERE w.modified_at >= %(resend_from)s OR {_unseen("w.row_xmin")}"""
         skip = ""
     # The reader's readable channels among the window's home channels: at most one lookup per
     # distinct channel of the window (never a scan of the community's channels), then a hash.

@@ -68,18 +68,26 @@ SCAN_BUDGET = 4000
 PAGE_BYTES = 1 << 20
 _ORIGIN = datetime(1970, 1, 1, tzinfo=UTC)
 # A page's first statement: its snapshot, the epoch, the policy and the view probe.
-# The last two columns ask whether the continuation a finished round's token would start has
-# any candidate at all, in [pending_low, pending_t): in a quiet community it has none, and the
-# page then skips both windows (the same indexes, an index probe each).
+# The two EXISTS ask whether the continuation a finished round's token would start has any
+# candidate at all, in [pending_low, pending_t): in a quiet community it has none, and the page
+# then skips both windows (the same indexes, an index probe each). The last two columns are the
+# snapshot's xmin and xmax (xid8): a round's first page keeps its xmin in the token, for the next
+# round's "re-read, not re-sent" (round_sql._unseen); `pg_current_snapshot()` is the
+# transaction's snapshot here (REPEATABLE READ), so the one the page classifies by.
 _FIRST_STATEMENT = (
     f"SELECT now(), {EPOCH_SQL}, co.artifacts_enabled, co.artifact_types, {PROBE_COLUMNS},"
     " EXISTS (SELECT 1 FROM artifact_heads h WHERE h.community_id = co.id"
     "         AND h.modified_at >= %(pending_low)s AND h.modified_at < %(pending_t)s),"
     " EXISTS (SELECT 1 FROM artifact_revisions r WHERE r.community_id = co.id"
     "         AND r.source_channel_id IS NOT NULL"
-    "         AND r.modified_at >= %(pending_low)s AND r.modified_at < %(pending_t)s)"
+    "         AND r.modified_at >= %(pending_low)s AND r.modified_at < %(pending_t)s),"
+    " pg_snapshot_xmin(pg_current_snapshot())::text::bigint,"
+    " pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
     f" FROM {PROBE_FROM}"
 )
+# Below this distance between the previous round's first snapshot xmin and this page's xmax, the
+# 32-bit comparison of row xmins against it is exact (round_sql._unseen).
+_XID_HALF_RANGE = 1 << 31
 
 
 @dataclass(slots=True)
@@ -244,7 +252,7 @@ def page_steps(
     if not first:
         raise CommunityGone(request.community_id)
     (now, epoch, enabled, allowed_types, listing, members, latest_member, heads_pending,
-     moves_pending) = first[0]
+     moves_pending, snapshot_xmin, snapshot_xmax) = first[0]
     state = _PageState(
         now=now,
         epoch=epoch,
@@ -265,7 +273,7 @@ def page_steps(
             watermark=_ORIGIN, cursor_at=_ORIGIN, cursor_key=b"",
             view_digest=view.digest, view_t=fence,
             view_fingerprint=state.probe.fingerprint, issued_at=now,
-            view_channels=view.channels,
+            view_channels=view.channels, round_xmin=snapshot_xmin,
         )
     elif continues:
         # A continuation round: W = the previous round's T. A fence below W (a clock step)
@@ -273,6 +281,7 @@ def page_steps(
         token = replace(
             token, phase=Phase.HEADS, watermark=token.round_t,
             round_t=max(fence, token.round_t), cursor_at=_ORIGIN, cursor_key=b"",
+            previous_xmin=token.round_xmin, round_xmin=snapshot_xmin,
         )
         # Nothing in the round's range, in this snapshot: both phases would come back empty.
         quiet = (
@@ -285,6 +294,7 @@ def page_steps(
         "reader": request.reader,
         "round_t": token.round_t,
         "low": token.watermark - overlap,
+        **_resend_rule(token, overlap=overlap, snapshot_xmax=snapshot_xmax),
     }
     if query.values("h") is not None:
         params["filter_h"] = list(query.values("h") or ())
@@ -324,6 +334,30 @@ def page_steps(
         fence_lag=now - token.round_t,
         removed_channels=[str(uuid.UUID(bytes=channel)) for channel in lost],
     )
+
+
+def _resend_rule(
+    token: ProgressToken, *, overlap: timedelta, snapshot_xmax: int
+) -> dict[str, Any]:
+    """Re-read, not re-sent (PROTOCOL.md section 5): the continuation's candidates stamped below
+    `resend_from` travel only if their row version is not older than `seen_xmin`, the low 32
+    bits of the previous round's first snapshot xmin (round_sql._unseen).
+
+    The rule applies only where the page can show it: a continuation round whose token knows the
+    previous round's first snapshot, with this page's xmax at or after it and less than 2^31
+    xids on (the 32-bit comparison is exact there; a restored or wrapped counter fails this).
+    Otherwise `resend_from` is W - overlap, below which there are no candidates: every candidate
+    travels, as before the rule.
+    """
+    previous = token.previous_xmin
+    low = token.watermark - overlap
+    if (
+        token.watermark != _ORIGIN
+        and 0 < previous <= snapshot_xmax
+        and snapshot_xmax - previous < _XID_HALF_RANGE
+    ):
+        return {"resend_from": token.watermark, "seen_xmin": previous & 0xFFFFFFFF}
+    return {"resend_from": low, "seen_xmin": 0}
 
 
 def _finished(token: ProgressToken) -> bool:

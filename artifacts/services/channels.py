@@ -32,6 +32,15 @@ from artifacts.services.transactions import (
     write_transaction,
 )
 from artifacts.services.write_steps import Batch, Rows, Statement, WriteSteps
+from artifacts.signals import (
+    ARCHIVED,
+    CREATED,
+    DELETED,
+    MADE_PRIVATE,
+    MADE_PUBLIC,
+    RESTORED,
+    UNARCHIVED,
+)
 from nostr.events import Event
 
 MAX_NAME_CHARS = 200  # channels.name is varchar(200)
@@ -73,7 +82,7 @@ def channel_create(
         if not execute_prepared(cursor, *statement):
             raise Invalid("channel id is taken")
         bump_listing(community_id, stamp=False)
-        ctx.access_changed(channel_id)
+        ctx.access_changed(channel_id, CREATED)
         if created_by:
             member_put(
                 community_id=community_id,
@@ -103,11 +112,13 @@ def channel_update(
         for statement in update:
             execute_prepared(cursor, *statement)
         if "visibility" in changed:
-            ctx.access_changed(channel_id)
+            ctx.access_changed(channel_id, _made(visibility))
         return changed
 
 
-def _listing_change(community_id: int, channel_id: UUID, assignment: str, condition: str) -> bool:
+def _listing_change(
+    community_id: int, channel_id: UUID, what: str, assignment: str, condition: str
+) -> bool:
     with write_transaction(community_id=community_id) as ctx, connection.cursor() as cursor:
         lock_community(community_id)
         sql, params = _listing_statement(community_id, channel_id, assignment, condition)
@@ -116,31 +127,34 @@ def _listing_change(community_id: int, channel_id: UUID, assignment: str, condit
                 raise Invalid(f"no channel {channel_id}")
             return False
         bump_listing(community_id, stamp=True)
-        ctx.access_changed(channel_id)
+        ctx.access_changed(channel_id, what)
         return True
 
 
 def channel_delete(*, community_id: int, channel_id: UUID) -> bool:
     """Soft-delete (the channel and its artifacts become invisible); False if already deleted."""
-    return _listing_change(community_id, channel_id, *_DELETE)
+    return _listing_change(community_id, channel_id, DELETED, *_DELETE)
 
 
 def channel_restore(*, community_id: int, channel_id: UUID) -> bool:
     """Undo a deletion (operators only); False if the channel was not deleted."""
-    return _listing_change(community_id, channel_id, "deleted_at = NULL", "deleted_at IS NOT NULL")
+    return _listing_change(
+        community_id, channel_id, RESTORED, "deleted_at = NULL", "deleted_at IS NOT NULL"
+    )
 
 
 def channel_archive(*, community_id: int, channel_id: UUID) -> bool:
     """Archive: still readable, no more writes (operators only); False if already archived."""
     return _listing_change(
-        community_id, channel_id, "archived_at = statement_timestamp()", "archived_at IS NULL"
+        community_id, channel_id, ARCHIVED, "archived_at = statement_timestamp()",
+        "archived_at IS NULL",
     )
 
 
 def channel_unarchive(*, community_id: int, channel_id: UUID) -> bool:
     """Accept writes again (operators only); False if the channel was not archived."""
     return _listing_change(
-        community_id, channel_id, "archived_at = NULL", "archived_at IS NOT NULL"
+        community_id, channel_id, UNARCHIVED, "archived_at = NULL", "archived_at IS NOT NULL"
     )
 
 
@@ -166,7 +180,7 @@ def channel_create_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteS
     )
     if not inserted:
         raise Invalid("channel id is taken")
-    ctx.access_changed(channel_id)
+    ctx.access_changed(channel_id, CREATED)
     return (
         bump_listing_statement(community_id, stamp=False),
         put_statement(community_id, channel_id, event.pubkey, ChannelMember.Role.OWNER),
@@ -191,7 +205,7 @@ def channel_update_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteS
     *_, rows = yield (*locked, (_LOCKED_SQL, [community_id, channel_id]))
     changed, update = _update(community_id, channel_id, rows, name, visibility)
     if "visibility" in changed:
-        ctx.access_changed(channel_id)
+        ctx.access_changed(channel_id, _made(visibility))
     return update
 
 
@@ -211,7 +225,7 @@ def channel_delete_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteS
         if not exists:
             raise Invalid(f"no channel {channel_id}")
         return ()  # already deleted (since the standing was read): nothing to count
-    ctx.access_changed(channel_id)
+    ctx.access_changed(channel_id, DELETED)
     return (bump_listing_statement(community_id, stamp=True),)
 
 
@@ -226,6 +240,11 @@ def _standing(
     if not note_stored(ctx, stored, event=event, channel_id=channel_id):
         raise Duplicate("already have this event")
     return access_from_rows(ctx.community_id, channel_id, access)
+
+
+def _made(visibility: str | None) -> str:
+    """The access change a visibility change is (`artifacts.signals`)."""
+    return MADE_PUBLIC if visibility == Visibility.OPEN else MADE_PRIVATE
 
 
 def _check_fields(name: str | None, visibility: str | None) -> None:

@@ -24,6 +24,7 @@ from artifacts.services.transactions import (
     write_transaction,
 )
 from artifacts.services.write_steps import Batch, Rows, Statement, WriteSteps
+from artifacts.signals import MEMBER
 from nostr.events import Event
 
 Role = ChannelMember.Role
@@ -61,19 +62,19 @@ def member_put(*, community_id: int, channel_id: UUID, pubkey: str, role: str) -
 
     Joins the enclosing write transaction or opens one. The upsert takes the member's row lock.
     """
-    _check_put(pubkey, role)
+    check_put(pubkey, role)
     with write_transaction(community_id=community_id) as ctx, connection.cursor() as cursor:
         if not execute_prepared(cursor, *_channel_statement(community_id, channel_id)):
             raise Invalid(f"no channel {channel_id}")
         rows = execute_prepared(cursor, *put_statement(community_id, channel_id, pubkey, role))
-        return _noted(ctx, channel_id, changed=bool(rows))
+        return _noted(ctx, channel_id, pubkey, changed=bool(rows))
 
 
 def member_remove(*, community_id: int, channel_id: UUID, pubkey: str) -> bool:
     """End `pubkey`'s active membership; False when it was not an active member (no stamp)."""
     with write_transaction(community_id=community_id) as ctx, connection.cursor() as cursor:
         rows = execute_prepared(cursor, *_remove_statement(community_id, channel_id, pubkey))
-        return _noted(ctx, channel_id, changed=bool(rows))
+        return _noted(ctx, channel_id, pubkey, changed=bool(rows))
 
 
 def member_put_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteSteps:
@@ -98,7 +99,7 @@ def member_put_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteSteps
     )
     if not exists:  # deleted since the standing was read: the put is rolled back with it
         raise Invalid(f"no channel {channel_id}")
-    _noted(ctx, channel_id, changed=bool(put))
+    _noted(ctx, channel_id, target, changed=bool(put))
     return ()
 
 
@@ -116,7 +117,7 @@ def member_remove_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteSt
     )
     _require_manager(actor, channel_id, allowed=allowed)
     (removed,) = yield (_remove_statement(ctx.community_id, channel_id, target),)
-    _noted(ctx, channel_id, changed=bool(removed))
+    _noted(ctx, channel_id, target, changed=bool(removed))
     return ()
 
 
@@ -159,16 +160,16 @@ def _target(event: Event, *, with_role: bool) -> tuple[str, str]:
     return pubkey, role
 
 
-def _check_put(pubkey: str, role: str) -> None:
+def check_put(pubkey: str, role: str) -> None:
     if role not in Role.values:
         raise Invalid("role must be owner, admin or member")
     pubkey_value(pubkey, "pubkey")
 
 
-def _noted(ctx: WriteContext, channel_id: UUID, *, changed: bool) -> bool:
+def _noted(ctx: WriteContext, channel_id: UUID, pubkey: str, *, changed: bool) -> bool:
     """A membership that changed changes who may read the channel: announced after commit."""
     if changed:
-        ctx.access_changed(channel_id)
+        ctx.access_changed(channel_id, MEMBER, pubkey=pubkey)
     return changed
 
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from uuid import UUID
 
@@ -28,8 +28,9 @@ from artifacts.models import Event as EventRow
 from artifacts.selectors.budget import execute_prepared
 from artifacts.services.stamp_lag import flush_lag_samples, note_lag
 from artifacts.services.write_steps import Rows, Statement
-from artifacts.signals import StoredEvent, access_changed, events_committed
+from artifacts.signals import AccessChange, StoredEvent, access_changed, events_committed
 from nostr.events import Event
+from nostr.kinds import HINT_KINDS
 
 WRITE_STATEMENT_TIMEOUT = "5s"
 # Waiting for a competing writer of the same head or channel normally takes milliseconds;
@@ -48,13 +49,20 @@ class WriteContext:
     # Channels whose readability changed; `access_everywhere` for community-wide changes.
     access_channels: set[str] = field(default_factory=set)
     access_everywhere: bool = False
+    # What each channel change was (`artifacts.signals.AccessChange`), for live hints.
+    changes: list[AccessChange] = field(default_factory=list)
 
-    def access_changed(self, channel_id: UUID | None) -> None:
-        """Note a readability change of one channel (None: the whole community)."""
+    def access_changed(
+        self, channel_id: UUID | None, what: str | None = None, *, pubkey: str | None = None
+    ) -> None:
+        """Note a readability change of one channel (None: the whole community); `what` says
+        which change it was (`artifacts.signals`), `pubkey` the member whose access changed."""
         if channel_id is None:
             self.access_everywhere = True
-        else:
-            self.access_channels.add(str(channel_id))
+            return
+        self.access_channels.add(str(channel_id))
+        if what is not None:
+            self.changes.append(AccessChange(str(channel_id), what, pubkey))
 
     def announce(self, *, event: Event, channel_id: UUID | None) -> None:
         self.stored.append(
@@ -110,9 +118,24 @@ def announce_commit(ctx: WriteContext) -> bool:
     if ctx.access_everywhere or ctx.access_channels:
         channel_ids = None if ctx.access_everywhere else sorted(ctx.access_channels)
         access_changed.send(
-            sender=EventRow, community_id=ctx.community_id, channel_ids=channel_ids
+            sender=EventRow, community_id=ctx.community_id, channel_ids=channel_ids,
+            changes=_with_events(ctx.changes, ctx.stored),
         )
     return due
+
+
+def _with_events(changes: list[AccessChange], stored: list[StoredEvent]) -> list[AccessChange]:
+    """`changes`, each with the stored event that made it (a 9000/9001/9002/9008: an
+    event-driven write makes its changes in its event's channel; a creation, 9007, is told
+    without its event)."""
+    made_by = {
+        item.channel_id: item.event for item in stored
+        if item.event.kind in HINT_KINDS and item.channel_id is not None
+    }
+    return [
+        replace(change, event=made_by.get(change.channel_id)) if change.event is None else change
+        for change in changes
+    ]
 
 
 def lock_community(community_id: int) -> None:

@@ -17,6 +17,7 @@ import logging
 import math
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,9 +29,11 @@ from django.db import DatabaseError
 from artifacts.selectors.communities import community_for_host
 from artifacts.selectors.replay import ChannelState, ReplayRow, replay_events
 from artifacts.selectors.standby import primary_position
+from artifacts.signals import MEMBER
 from artifacts.ws import shutdown
 from artifacts.ws.dbcall import run_db
 from artifacts.ws.filters import Filter, LiveEvent
+from artifacts.ws.hints import changed_notice, concerns
 from artifacts.ws.hub import SyncHub, get_hub
 from artifacts.ws.loop_ingest import ingest_on_loop
 from artifacts.ws.messages import (
@@ -51,6 +54,7 @@ from artifacts.ws.messages import (
     subscription_prefix,
 )
 from artifacts.ws.outbox import Outbox
+from artifacts.ws.publish import LiveChange
 from artifacts.ws.scope import client_address, public_host, public_relay_url
 from buzzrelay.ratelimit import address_wait, pubkey_wait
 from nostr.nip42 import Nip42Error, verify_auth_event
@@ -412,40 +416,73 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     def deliver(self, event: LiveEvent, state: ChannelState) -> None:
         if self.closing or not self.subs or not state.readable_by_any(self.pubkeys):
             return
-        assert self.outbox is not None
         for sub in self.subs.values():
-            if not any(flt.matches(event) for flt in sub.filters):
-                continue
-            frame = event_frame(sub.prefix, event.raw)
-            if sub.pending is None:
-                self.outbox.put_live(frame)
-            elif len(sub.pending) < MAX_PENDING_LIVE:
-                sub.pending.append((event.id, frame))
-            else:
-                sub.pending_dropped += 1
-                HUB_DROPS_SLOW_CLIENT.inc()
+            if any(flt.matches(event) for flt in sub.filters):
+                self._put_live(sub, event)
+
+    def _put_live(self, sub: Subscription, event: LiveEvent) -> None:
+        """Queue a live event for `sub`, or hold it back while `sub` still replays."""
+        assert self.outbox is not None
+        frame = event_frame(sub.prefix, event.raw)
+        if sub.pending is None:
+            self.outbox.put_live(frame)
+        elif len(sub.pending) < MAX_PENDING_LIVE:
+            sub.pending.append((event.id, frame))
+        else:
+            sub.pending_dropped += 1
+            HUB_DROPS_SLOW_CLIENT.inc()
 
     def live_missed(self, count: int) -> None:
         if self.subs and self.outbox is not None and not self.closing:
             self.outbox.drop_counted(count)
 
-    async def access_changed(self, channel_ids: frozenset[str] | None) -> None:
-        """Re-check the subscriptions that name a channel whose access may have changed.
+    async def access_changed(
+        self, channel_ids: frozenset[str] | None, changes: Sequence[LiveChange] = ()
+    ) -> None:
+        """Re-check the subscriptions that name a channel whose access may have changed, and
+        tell this connection of the changes of its own access (PROTOCOL.md section 8).
 
         Delivery itself checks every event against the hub's fresh channel state; what is left
-        here is to close the subscriptions none of whose named channels stays readable.
+        here is to close the subscriptions none of whose named channels stays readable, and to
+        hint the others: the change's stored event to a subscription that names its kind, else
+        one NOTICE `changed:` (artifacts.ws.hints).
         """
         if self.closing or self.hub is None:
             return
+        revoked = []
         for sub in list(self.subs.values()):
             if sub.named_channels is None or not sub.covers(channel_ids):
                 continue
-            if await self._any_readable(self.hub, sub.named_channels):
-                continue
+            if not await self._any_readable(self.hub, sub.named_channels):
+                revoked.append(sub)
+        for change in changes:
+            await self._hint(change, revoked)
+        for sub in revoked:
             if self.subs.get(sub.sub_id) is sub:
                 del self.subs[sub.sub_id]
                 self._count_subscriptions()
                 self._reply(closed(sub.sub_id, REVOKED_CHANNELS))
+
+    async def _hint(self, change: LiveChange, revoked: list[Subscription]) -> None:
+        assert self.hub is not None and self.outbox is not None
+        covering = [
+            sub for sub in self.subs.values() if sub.covers(frozenset((change.channel_id,)))
+        ]
+        if not covering:
+            return
+        state = None
+        if change.what != MEMBER:
+            state = await self.hub.access.channel(self.community_id, change.channel_id)
+        if not concerns(change, state, self.pubkeys):
+            return
+        told = False
+        for sub in covering:
+            event = change.event
+            if event is not None and any(flt.matches(event) for flt in sub.filters):
+                self._put_live(sub, event)
+            elif sub not in revoked and not told:  # a revoked one hears its CLOSED
+                told = True
+                self.outbox.put_live(notice(changed_notice(change)))
 
     async def going_away(self) -> None:
         """The process is shutting down: flush, then close with 1001."""

@@ -15,7 +15,7 @@ from typing import Any
 from nostr import kinds
 from nostr.events import is_canonical_uuid, is_lower_hex
 from nostr.jsonstrict import is_int
-from nostr.kinds import KIND_ARTIFACT, KIND_REMOVAL_MARKER
+from nostr.kinds import HINT_KINDS, KIND_ARTIFACT, KIND_REDACTION, KIND_REMOVAL_MARKER
 
 __all__ = [
     "SYNC_KINDS",
@@ -25,8 +25,12 @@ __all__ = [
     "parse_filter",
 ]
 
-# As a set, for matching; the kinds themselves are nostr.kinds'.
+# As a set, for matching; the kinds themselves are nostr.kinds'. SYNC_KINDS are replayed and
+# streamed (and what a filter without `kinds` means); a filter may also name the live-only
+# kinds, streamed but never replayed (PROTOCOL.md section 8): redactions, and the events that
+# change the subscriber's own access.
 SYNC_KINDS = frozenset(kinds.SYNC_KINDS)
+SERVED_KINDS = SYNC_KINDS | frozenset(kinds.LIVE_ONLY_KINDS)
 # Values per list, as POST /query allows (PROTOCOL.md section 5).
 MAX_FILTER_VALUES = 256
 _KEYS = frozenset({"ids", "authors", "kinds", "#h", "#d", "since", "until", "limit"})
@@ -46,14 +50,14 @@ class FilterError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class LiveEvent:
-    """What matching needs of a stored sync event (kind 45010 or 45011), parsed once."""
+    """What matching needs of a stored event the stream serves, parsed once."""
 
     id: str
     pubkey: str
     kind: int
     created_at: int
     channel_id: str  # the `h` tag: the home channel, or a marker's source channel
-    artifact_id: str  # the `d` tag
+    artifact_id: str  # the `d` tag ("" for a redaction or a channel event)
     artifact_type: str | None  # of the artifact; None when not known
     raw: str  # the stored JSON text, sent byte-for-byte
 
@@ -98,12 +102,13 @@ def parse_filter(value: object, *, max_limit: int) -> Filter:
     kinds = SYNC_KINDS
     if "kinds" in value:
         listed = _int_list(value["kinds"], "kinds")
-        unsupported = listed - SYNC_KINDS
+        unsupported = listed - SERVED_KINDS
         if unsupported:
             raise FilterError(
                 "blocked",
                 f"kind {min(unsupported)} is not served here; the sync serves kinds "
-                f"{KIND_ARTIFACT} and {KIND_REMOVAL_MARKER}",
+                f"{KIND_ARTIFACT} and {KIND_REMOVAL_MARKER}, and live only {KIND_REDACTION}"
+                " and the access hints " + ", ".join(str(k) for k in HINT_KINDS),
             )
         kinds = frozenset(listed)
     limit = max_limit

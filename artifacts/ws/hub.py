@@ -8,7 +8,8 @@ process, whatever the number of sockets). For each commit message it
    grace period, or a publisher's own loss report, makes every local subscriber of the
    community get a NOTICE to run an HTTP round, and drops the cached access of the community;
 2. applies access changes first (the commit's member/channel events): drops the cached state of
-   the channels named and lets each connection re-check its subscriptions at once;
+   the channels named and lets each connection re-check its subscriptions at once, and hear
+   the changes of its own access (`changes`);
 3. checks the community policy and the event's channel once, then hands the event to every
    local connection of the community, which matches its filters and queues frames without
    blocking (a slow socket only ever fills its own bounded outbox).
@@ -28,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
@@ -42,8 +43,15 @@ from artifacts.selectors.replay import (
 )
 from artifacts.ws.dbcall import run_db
 from artifacts.ws.filters import LiveEvent
-from artifacts.ws.publish import EVERY_CHANNEL, LiveMessage, community_group, current_sequence
+from artifacts.ws.publish import (
+    EVERY_CHANNEL,
+    LiveChange,
+    LiveMessage,
+    community_group,
+    current_sequence,
+)
 from artifacts.ws.sequence import SequenceTracker
+from nostr.kinds import KIND_REDACTION
 from relayinfo.metrics import HUB_DROPS_LOST, HUB_DROPS_STALE
 
 __all__ = ["AccessCache", "HubClient", "SyncHub", "get_hub"]
@@ -68,7 +76,9 @@ class HubClient(Protocol):
 
     def live_missed(self, count: int) -> None: ...
 
-    async def access_changed(self, channel_ids: frozenset[str] | None) -> None: ...
+    async def access_changed(
+        self, channel_ids: frozenset[str] | None, changes: Sequence[LiveChange] = ()
+    ) -> None: ...
 
 
 class AccessCache:
@@ -230,7 +240,8 @@ class SyncHub:
         access = message.access
         if access:
             await self._access_changed(
-                community_id, None if EVERY_CHANNEL in access else frozenset(access)
+                community_id, None if EVERY_CHANNEL in access else frozenset(access),
+                message.changes,
             )
         entries = message.events
         if not entries:
@@ -257,19 +268,26 @@ class SyncHub:
             client.live_missed(lost)
 
     async def _access_changed(
-        self, community_id: int, channel_ids: frozenset[str] | None
+        self,
+        community_id: int,
+        channel_ids: frozenset[str] | None,
+        changes: Sequence[LiveChange] = (),
     ) -> None:
         self.access.invalidate(community_id, channel_ids)
         for client in list(self._clients.get(community_id, ())):
             try:
-                await client.access_changed(channel_ids)
+                await client.access_changed(channel_ids, changes)
             except Exception:
                 logger.exception("sync hub: an access re-check failed")
 
     async def _deliver(self, community_id: int, events: list[LiveEvent]) -> None:
         policy = await self.access.policy(community_id)
         for event in events:
-            if not policy.allows(event.artifact_type):
+            # A redaction names no artifact type: the stream serves it while artifacts are on.
+            if event.kind == KIND_REDACTION:
+                if not policy.artifacts_enabled:
+                    continue
+            elif not policy.allows(event.artifact_type):
                 continue
             state = await self.access.channel(community_id, event.channel_id)
             if not state.exists:

@@ -7,10 +7,14 @@ turn each into ONE channel-layer message for the community's group (coarse group
 process's hub matches filters locally; under load the publisher merges consecutive event-only
 messages of a group into one, `_Publisher`), carrying:
 
-- `events`: the stored 45010 revisions and 45011 markers, with the fields matching needs
+- `events`: the stored 45010 revisions, 45011 markers and 9005 redactions, with the fields
+  matching needs
   parsed once here instead of once per subscriber;
 - `access`: channels whose readability changed, or `"*"` for the whole community; hubs
   re-check their subscribers at once;
+- `changes`: what each of those channel changes was (`artifacts.signals.AccessChange`, with the
+  stored 9000/9001/9002/9008 that made it), so each subscriber whose own access it concerns
+  hears it (PROTOCOL.md section 8);
 - `seq`: the group's next sequence number (Redis INCR, shared by every instance), so a hub that
   misses a message notices the gap and tells its subscribers to run an HTTP round;
 - `lost`: set when an earlier publish of this process to the group failed before it had a
@@ -42,13 +46,14 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from artifacts.signals import StoredEvent
+from artifacts.signals import AccessChange, StoredEvent
 from artifacts.ws.filters import LiveEvent
 from nostr.events import first_tag
-from nostr.kinds import KIND_ARTIFACT, KIND_REMOVAL_MARKER
+from nostr.kinds import KIND_ARTIFACT, KIND_REDACTION, KIND_REMOVAL_MARKER, SYNC_KINDS
 
 __all__ = [
     "EVERY_CHANNEL",
+    "LiveChange",
     "LiveMessage",
     "announce_access_change",
     "commit_message",
@@ -106,6 +111,7 @@ class LiveMessage:
     community_id: int
     events: list[LiveEvent] = field(default_factory=list)
     access: list[str] = field(default_factory=list)  # channel ids, or [EVERY_CHANNEL]
+    changes: list[LiveChange] = field(default_factory=list)
     seq: int = 0  # set by the publisher thread, in publishing order
     lost: bool = False
     sent_at: float = 0.0  # the publisher's time.time()
@@ -118,12 +124,13 @@ class LiveMessage:
             "seq": self.seq,
             "lost": self.lost,
             "t": self.sent_at,
-            "events": [
-                {"id": e.id, "pubkey": e.pubkey, "kind": e.kind, "created_at": e.created_at,
-                 "h": e.channel_id, "d": e.artifact_id, "type": e.artifact_type, "raw": e.raw}
-                for e in self.events
-            ],
+            "events": [_event_to_layer(e) for e in self.events],
             "access": self.access,
+            "changes": [
+                {"h": c.channel_id, "what": c.what, "p": c.pubkey,
+                 "event": _event_to_layer(c.event) if c.event is not None else None}
+                for c in self.changes
+            ],
         }
 
     @classmethod
@@ -137,20 +144,47 @@ class LiveMessage:
             lost=bool(message.get("lost")),
             sent_at=float(message.get("t", 0) or 0.0),
             access=list(message.get("access") or []),
-            events=[
-                LiveEvent(
-                    id=entry["id"],
-                    pubkey=entry["pubkey"],
-                    kind=int(entry["kind"]),
-                    created_at=int(entry["created_at"]),
+            events=[_event_from_layer(entry) for entry in message.get("events") or []],
+            # Absent from an instance of an older version (a rolling restart): no hints.
+            changes=[
+                LiveChange(
                     channel_id=entry["h"],
-                    artifact_id=entry["d"],
-                    artifact_type=entry.get("type"),
-                    raw=entry["raw"],
+                    what=entry["what"],
+                    pubkey=entry.get("p"),
+                    event=_event_from_layer(entry["event"]) if entry.get("event") else None,
                 )
-                for entry in message.get("events") or []
+                for entry in message.get("changes") or []
             ],
         )
+
+
+@dataclass(frozen=True, slots=True)
+class LiveChange:
+    """An access change as the hubs get it (`artifacts.signals.AccessChange`, its event in the
+    form matching needs)."""
+
+    channel_id: str
+    what: str
+    pubkey: str | None = None
+    event: LiveEvent | None = None
+
+
+def _event_to_layer(e: LiveEvent) -> dict[str, Any]:
+    return {"id": e.id, "pubkey": e.pubkey, "kind": e.kind, "created_at": e.created_at,
+            "h": e.channel_id, "d": e.artifact_id, "type": e.artifact_type, "raw": e.raw}
+
+
+def _event_from_layer(entry: dict[str, Any]) -> LiveEvent:
+    return LiveEvent(
+        id=entry["id"],
+        pubkey=entry["pubkey"],
+        kind=int(entry["kind"]),
+        created_at=int(entry["created_at"]),
+        channel_id=entry["h"],
+        artifact_id=entry["d"],
+        artifact_type=entry.get("type"),
+        raw=entry["raw"],
+    )
 
 
 class FanOutUnavailable(Exception):
@@ -211,8 +245,10 @@ def current_sequence(group: str) -> int:
 
 
 def _event_entry(item: StoredEvent, types: dict[str, str]) -> LiveEvent | None:
+    """The live form of a stored event; a redaction or channel event has no `d` (""), so a
+    filter naming `#d` never matches it."""
     event = item.event
-    artifact_id = first_tag(event, "d")
+    artifact_id = first_tag(event, "d") if event.kind in SYNC_KINDS else ""
     channel_id = item.channel_id or first_tag(event, "h")
     if artifact_id is None or channel_id is None:
         return None
@@ -229,7 +265,8 @@ def _event_entry(item: StoredEvent, types: dict[str, str]) -> LiveEvent | None:
 
 
 def commit_message(community_id: int, events: list[StoredEvent]) -> list[LiveEvent]:
-    """The live entries of one committed transaction's events (its 45010s and 45011s)."""
+    """The live entries of one committed transaction's events (its 45010s, 45011s and 9005s;
+    channel and member events reach subscribers as access changes, `on_access_changed`)."""
     # A marker carries no type; its artifact's type (immutable) is on the move revision the
     # same transaction stored, else on the artifact's head.
     types: dict[str, str] = {}
@@ -241,7 +278,7 @@ def commit_message(community_id: int, events: list[StoredEvent]) -> list[LiveEve
     live: list[LiveEvent] = []
     for item in events:
         kind = item.event.kind
-        if kind in (KIND_ARTIFACT, KIND_REMOVAL_MARKER):
+        if kind in (KIND_ARTIFACT, KIND_REMOVAL_MARKER, KIND_REDACTION):
             if kind == KIND_REMOVAL_MARKER:
                 _fill_marker_type(community_id, item, types)
             entry = _event_entry(item, types)
@@ -280,13 +317,23 @@ def on_events_committed(
 
 
 def on_access_changed(
-    sender: object, *, community_id: int, channel_ids: list[str] | None, **kwargs: Any
+    sender: object,
+    *,
+    community_id: int,
+    channel_ids: list[str] | None,
+    changes: list[AccessChange] | None = None,
+    **kwargs: Any,
 ) -> None:
     """Receiver of `access_changed` (connected in artifacts.apps)."""
-    announce_access_change(community_id=community_id, channel_ids=channel_ids)
+    announce_access_change(community_id=community_id, channel_ids=channel_ids, changes=changes)
 
 
-def announce_access_change(*, community_id: int, channel_ids: Collection[str] | None) -> None:
+def announce_access_change(
+    *,
+    community_id: int,
+    channel_ids: Collection[str] | None,
+    changes: Collection[AccessChange] | None = None,
+) -> None:
     """Tell every instance's subscribers to re-check access now (call after the commit).
 
     `channel_ids` names the channels whose readability may have changed, `None` the whole
@@ -294,15 +341,34 @@ def announce_access_change(*, community_id: int, channel_ids: Collection[str] | 
     changes readability outside them (a manual fix) can call it directly.
     """
     access = [EVERY_CHANNEL] if channel_ids is None else [str(c) for c in channel_ids]
-    _publish(community_id, [], access)
+    try:
+        live_changes = [_live_change(change) for change in changes or ()]
+    except Exception:  # never into the writer; the access message still goes out
+        logger.exception("cannot build the access changes of a commit")
+        live_changes = []
+    _publish(community_id, [], access, live_changes)
 
 
-def _publish(community_id: int, live: list[LiveEvent], access: list[str]) -> None:
+def _live_change(change: AccessChange) -> LiveChange:
+    event = None
+    if change.event is not None:
+        event = _event_entry(StoredEvent(change.event, change.channel_id), {})
+    return LiveChange(change.channel_id, change.what, change.pubkey, event)
+
+
+def _publish(
+    community_id: int,
+    live: list[LiveEvent],
+    access: list[str],
+    changes: list[LiveChange] | None = None,
+) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
     group = community_group(community_id)
-    message = LiveMessage(community_id, events=live, access=access, sent_at=time.time())
+    message = LiveMessage(
+        community_id, events=live, access=access, changes=changes or [], sent_at=time.time()
+    )
     loop = _running_loop()
     try:
         if settings.CONFIG.redis_url or loop is not None:

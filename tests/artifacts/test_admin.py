@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import uuid
 
+import orjson
 import pytest
+from django.conf import settings
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.test import Client
 
-from artifacts.models import Channel, ChannelMember, Community
+from artifacts.models import Channel, ChannelMember, Community, Event
 from tests.factories import add_member, make_channel, make_community, make_key
 
 
@@ -87,6 +89,40 @@ def test_member_edits_and_deletes_stamp_the_membership(
     assert response.status_code == 302
     row.refresh_from_db()  # a soft removal: the row stays, stamped
     assert row.removed_at is not None and row.sync_modified_at > stamp
+
+
+def test_member_and_channel_edits_are_relay_signed_events_refused_when_archived(
+    admin_client: Client, community: Community
+) -> None:
+    """Staff actions (PROTOCOL.md section 2): a role change is a 9000 and a visibility change a
+    9002, signed by the relay; in an archived channel the form refuses them, as the writer
+    would, and nothing is stored."""
+    member = make_key()
+    h = make_channel(community, visibility="private")
+    add_member(community, h, member)
+    row = ChannelMember.objects.get(pubkey=member.pubkey)
+    admin_client.post(f"/admin/artifacts/channelmember/{row.pk}/change/", {"role": "admin"})
+    put = Event.objects.get(community=community, kind=9000)
+    assert put.pubkey == settings.RELAY_PUBKEY and ["p", member.pubkey, "admin"] in orjson.loads(
+        put.raw)["tags"]
+    channel = Channel.objects.get(channel_id=h)
+    admin_client.post(f"/admin/artifacts/channel/{channel.pk}/change/",
+                      {"name": channel.name, "visibility": "open"})
+    edit = Event.objects.get(community=community, kind=9002)
+    assert edit.pubkey == settings.RELAY_PUBKEY and orjson.loads(edit.raw)["tags"] == [
+        ["h", h], ["public"]]
+
+    admin_client.post("/admin/artifacts/channel/",
+                      {"action": "channel_archive", "_selected_action": [channel.pk]})
+    refused = admin_client.post(f"/admin/artifacts/channelmember/{row.pk}/change/",
+                                {"role": "member"})
+    assert refused.status_code == 200 and "unarchive it first" in refused.content.decode()
+    refused = admin_client.post(f"/admin/artifacts/channel/{channel.pk}/change/",
+                                {"name": "renamed", "visibility": "open"})
+    assert refused.status_code == 200 and "unarchive it first" in refused.content.decode()
+    assert Event.objects.filter(community=community, kind__in=[9000, 9002]).count() == 2
+    row.refresh_from_db()
+    assert row.role == "admin"
 
 
 def test_policy_edits_stamp_and_a_rename_does_not(
@@ -189,4 +225,14 @@ def test_member_removal_action_stamps_and_is_logged(
     assert row.removed_at is not None and row.sync_modified_at > stamp
     entry = LogEntry.objects.get(object_id=str(row.pk))
     assert entry.user.username == "admin" and entry.action_flag == CHANGE
-    assert entry.get_change_message() == "Removed the member from the channel."
+    # A staff action: the entry names the staff user and the relay-signed 9001 it stored.
+    removal = Event.objects.get(community=community, kind=9001)
+    assert removal.pubkey == settings.RELAY_PUBKEY
+    assert entry.get_change_message() == (
+        f"Removed the member from the channel (relay-signed 9001 {removal.event_id})."
+    )
+    # The object's history page shows it: the staff user and the relay-signed event.
+    history = admin_client.get(f"/admin/artifacts/channelmember/{row.pk}/history/")
+    assert history.status_code == 200
+    page = history.content.decode()
+    assert removal.event_id in page and ">admin<" in page

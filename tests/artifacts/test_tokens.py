@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from artifacts.tokens import (
     _FIELDS,
     MAX_VIEW_CHANNELS,
+    TOKEN_VERSION,
     InvalidProgress,
     Phase,
     ProgressToken,
@@ -42,6 +43,8 @@ TOKEN = ProgressToken(
     view_t=NOW - timedelta(minutes=5),
     view_fingerprint=b"p" * 8,
     issued_at=NOW + timedelta(seconds=1),
+    round_xmin=(7 << 32) + 4_000_000_000,
+    previous_xmin=(7 << 32) + 3_999_999_000,
 )
 
 
@@ -155,10 +158,11 @@ def test_the_view_and_the_catch_up_round_trip_and_stay_small() -> None:
 def test_a_token_without_the_view_part_reads_as_one_that_does_not_carry_it() -> None:
     """Tokens issued before the view part existed end after their cursor key."""
     fields = _FIELDS.pack(TOKEN.phase, TOKEN.epoch, TOKEN.database, 0, 0, 0, TOKEN.view_digest,
-                          0, TOKEN.view_fingerprint, 0, 0)
+                          0, TOKEN.view_fingerprint, 0, 0, 0, 0)
     nonce = b"\x01" * 12
-    sealed = _key(KEY, 1).encrypt(nonce, fields, bytes([1]) + BINDING)
-    text = base64.urlsafe_b64encode(bytes([1]) + nonce + sealed).rstrip(b"=").decode()
+    version = bytes([TOKEN_VERSION])
+    sealed = _key(KEY, TOKEN_VERSION).encrypt(nonce, fields, version + BINDING)
+    text = base64.urlsafe_b64encode(version + nonce + sealed).rstrip(b"=").decode()
     decoded = decode(text)
     assert isinstance(decoded, ProgressToken)
     assert decoded.view_channels is None and decoded.catchup == frozenset()

@@ -23,6 +23,8 @@ VARIABLES = [
     "SECRET_KEY_FILE", "DEBUG", "ARTIFACT_SYNC_OVERLAP_SECONDS", "ARTIFACT_SYNC_TOKEN_MAX_AGE",
     "DATABASE_POOLER", "DATABASE_DIRECT_URL", "DATABASE_PREPARED_STATEMENTS", "REDIS_SENTINELS",
     "DATABASE_REPLICA_URL", "DATABASE_REPLICA_MAX_LAG_MS",
+    "ADMIN_REQUIRE_2FA", "ADMIN_ALLOWED_NETWORKS", "ADMIN_SESSION_IDLE_MINUTES",
+    "ADMIN_LOGIN_FAILURE_LIMIT", "ADMIN_LOGIN_LOCKOUT_MINUTES", "RELAY_HSTS_SECONDS",
 ]
 
 
@@ -345,3 +347,47 @@ def test_the_sentinels_password_is_read_from_its_variable_its_file_or_the_list(
     assert sentinels.addresses == (("10.0.0.1", 26379), ("fd00::2", 26380))
     clean_environment.setenv("REDIS_SENTINELS", ":only-pw@10.0.0.1:26379")
     assert read_config().redis_sentinels.username is None
+
+
+def test_console_defaults_and_values(clean_environment: pytest.MonkeyPatch) -> None:
+    default = read_config().console
+    assert (default.require_2fa, default.allowed_networks, default.session_idle_seconds,
+            default.login_failure_limit, default.login_lockout_seconds,
+            default.hsts_seconds) == (False, (), 1800, 10, 3600, 0)
+    for name, value in {
+        "ADMIN_REQUIRE_2FA": "yes", "ADMIN_ALLOWED_NETWORKS": "10.1.2.3, fd00::/8",
+        "ADMIN_SESSION_IDLE_MINUTES": "15", "ADMIN_LOGIN_FAILURE_LIMIT": "5",
+        "ADMIN_LOGIN_LOCKOUT_MINUTES": "0", "RELAY_HSTS_SECONDS": "31536000",
+        "RELAY_PUBLIC_URL": "https://relay.example",
+    }.items():
+        clean_environment.setenv(name, value)
+    console = read_config().console
+    assert console.require_2fa is True
+    assert console.allowed_networks == ("10.1.2.3/32", "fd00::/8")
+    assert (console.session_idle_seconds, console.login_failure_limit,
+            console.login_lockout_seconds, console.hsts_seconds) == (900, 5, 0, 31536000)
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"ADMIN_REQUIRE_2FA": "sometimes"}, "ADMIN_REQUIRE_2FA must be true or false (got "
+         "'sometimes')"),
+        ({"ADMIN_ALLOWED_NETWORKS": "10.0.0.0/8,office"}, "ADMIN_ALLOWED_NETWORKS must list IP "
+         "addresses or networks (bad entry 'office')"),
+        ({"ADMIN_SESSION_IDLE_MINUTES": "0"}, "ADMIN_SESSION_IDLE_MINUTES must be at least 1 "
+         "(got 0)"),
+        ({"ADMIN_LOGIN_FAILURE_LIMIT": "ten"}, "ADMIN_LOGIN_FAILURE_LIMIT must be a whole number "
+         "of attempts (got 'ten')"),
+        ({"ADMIN_LOGIN_LOCKOUT_MINUTES": "-5"}, "ADMIN_LOGIN_LOCKOUT_MINUTES must be at least 0 "
+         "(got -5)"),
+        ({"RELAY_HSTS_SECONDS": "3600"}, "RELAY_HSTS_SECONDS needs RELAY_PUBLIC_URL=https://... "
+         "(HSTS is only sent over https)"),
+        ({"RELAY_HSTS_SECONDS": "3600", "RELAY_PUBLIC_URL": "http://relay.example"},
+         "RELAY_HSTS_SECONDS needs RELAY_PUBLIC_URL=https://... (HSTS is only sent over https)"),
+    ],
+)
+def test_bad_console_values_are_refused(
+    clean_environment: pytest.MonkeyPatch, values: dict[str, str], expected: str
+) -> None:
+    assert error_of(clean_environment, **values) == expected

@@ -19,6 +19,8 @@ import socket
 import ssl
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from buzzrelay.embedded import free_port
 from tests.faults.clients import Client
-from tests.relay_server import ROOT
+from tests.relay_server import ROOT, RelayProcess
 
 CONFIG = ROOT / "deploy" / "nginx" / "buzz.conf"
 PUBLIC_HOST = "relay.example.com"
@@ -172,6 +174,23 @@ def start_nginx(directory: Path, *, upstreams: list[int], tls: Tls) -> NginxProc
                 proxy.stop()
                 raise RuntimeError(f"nginx did not listen:\n{proxy.log()}") from None
             time.sleep(0.05)
+
+
+@contextmanager
+def in_front_of(relay: RelayProcess, directory: Path) -> Iterator[tuple[NginxProcess, Tls]]:
+    """nginx with a certificate made here in front of `relay`, which this takes charge of: both
+    stop at the end, and the relay also when nginx fails to start."""
+    try:
+        tls = self_signed_certificate(directory)
+        proxy = start_nginx(directory, upstreams=[relay.port], tls=tls)
+    except BaseException:
+        relay.stop()
+        raise
+    try:
+        yield proxy, tls
+    finally:
+        proxy.stop()
+        relay.stop()
 
 
 class SniTransport(httpx.HTTPTransport):

@@ -32,8 +32,7 @@ from tests.deploy.nginx import (
     NginxProcess,
     PublicEndpoint,
     Tls,
-    self_signed_certificate,
-    start_nginx,
+    in_front_of,
 )
 from tests.faults.clients import Collection
 from tests.relay_server import RelayProcess, start_relay
@@ -79,17 +78,10 @@ def _stack(tmp_path: Path, *, trusted: bool) -> Iterator[Stack]:
         "RELAY_RATE_LIMIT_ADDRESS_RATE": "0.001",
         "RELAY_RATE_LIMIT_ADDRESS_BURST": str(BURST),
     })
-    tls = self_signed_certificate(tmp_path)
     try:
-        proxy = start_nginx(tmp_path, upstreams=[relay.port], tls=tls)
-    except BaseException:
-        relay.stop()
-        raise
-    try:
-        yield Stack(relay, proxy, tls)
+        with in_front_of(relay, tmp_path) as (proxy, tls):
+            yield Stack(relay, proxy, tls)
     finally:
-        proxy.stop()
-        relay.stop()
         relay.log_path.unlink()
 
 

@@ -4,8 +4,10 @@ even while a non-stamping writer is live (the state in which an evaluation that 
 the sync epoch and opens a fleet episode) or after it left (when it would close one). Only the
 fleet refresher reconciles (relayinfo.readiness.episodes).
 
-Writes are counted by PostgreSQL itself: the rows inserted, updated and deleted in this database
-(`pg_stat_database`), with this backend's pending statistics flushed before each reading. Every
+Writes are counted by PostgreSQL itself: the rows inserted, updated and deleted in this database's
+tables (`pg_stat_user_tables`), with this backend's pending statistics flushed before each
+reading. The staff session's row is left out: the console's idle expiry saves the session on
+every staff request (SESSION_SAVE_EVERY_REQUEST), which is the login's state, not readiness'. Every
 request of the test client runs on this thread's connection, so its writes would be counted too.
 The refresher's evaluation is the positive control: the same counters see its writes.
 """
@@ -29,15 +31,16 @@ LEGACY_NAME = "buzzrelay/0.0.9 key=0000abcd"
 
 
 def rows_written() -> int:
-    """Rows inserted, updated or deleted in this database so far, as PostgreSQL counts them."""
+    """Rows inserted, updated or deleted in this database's tables so far (the staff session's
+    aside), as PostgreSQL counts them."""
     with connection.cursor() as cursor:
         # This backend's counters reach shared memory when it next goes idle (after this
         # statement); the reading statement then drops its cached snapshot of them.
         cursor.execute("SELECT pg_stat_force_next_flush()")
         cursor.execute("SELECT pg_stat_clear_snapshot()")
         cursor.execute(
-            "SELECT tup_inserted + tup_updated + tup_deleted FROM pg_stat_database"
-            " WHERE datname = current_database()"
+            "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables"
+            " WHERE relname <> 'django_session'"
         )
         return int(cursor.fetchone()[0])
 

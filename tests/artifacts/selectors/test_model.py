@@ -23,12 +23,15 @@ Properties, checked on every page:
 and at the end, after a final quiet round, every collection equals a fresh full read and the
 expectation; rounds terminate (a round that does not finish within 10,000 pages fails). Resets
 are counted per reader and the opted-in readers' are checked against the rule above. The overlap
-is 0, so the fence alone must deliver every write.
+is 0, so the fence alone must deliver every write; a second run keeps the 120 s overlap with the
+re-read, not re-sent rule on (every write of a run lies within it, so every continuation re-reads
+them all and must send only what its previous round's first page had not seen).
 """
 
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import orjson
 import pytest
@@ -47,6 +50,8 @@ TYPES = ("buzz.task", "buzz.note")
 
 
 class SyncModel(RuleBasedStateMachine):
+    overlap = timedelta(0)
+
     def __init__(self) -> None:
         super().__init__()
         self.owner, self.admin = make_key(), make_key()
@@ -72,6 +77,7 @@ class SyncModel(RuleBasedStateMachine):
                                         ("filtered", self.member, True)):
                 self.replicas[name + suffix] = Replica(
                     self.community, who.pubkey, view_changes=view_changes,
+                    overlap=self.overlap,
                     channels=[self.channels[0], self.channels[2]] if filtered else None,
                     types=["buzz.task"] if filtered else None,
                 )
@@ -277,13 +283,19 @@ class SyncModel(RuleBasedStateMachine):
             assert replica.fresh() == expected
 
 
+class SyncModelWithOverlap(SyncModel):
+    overlap = timedelta(seconds=120)
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_incremental_reads_model() -> None:
+@pytest.mark.parametrize(("model", "examples"), [(SyncModel, 25), (SyncModelWithOverlap, 10)],
+                         ids=["overlap-0", "overlap-120s-re-read-not-re-sent"])
+def test_incremental_reads_model(model: type[SyncModel], examples: int) -> None:
     run_state_machine_as_test(
-        SyncModel,
+        model,
         settings=settings(
-            max_examples=25,
+            max_examples=examples,
             stateful_step_count=40,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
 from prometheus_client import REGISTRY
 
 from artifacts.ws.filters import LiveEvent
 from artifacts.ws.hub import MAX_LAG_SECONDS, SEQUENCE_GRACE_SECONDS, SyncHub
-from artifacts.ws.publish import LiveMessage
+from artifacts.ws.publish import LiveChange, LiveMessage
 from artifacts.ws.sequence import SequenceTracker
 
 COMMUNITY = 7
@@ -30,7 +31,9 @@ class Subscriber:
     def live_missed(self, count: int) -> None:
         self.missed.append(count)
 
-    async def access_changed(self, channel_ids: frozenset[str] | None) -> None:
+    async def access_changed(
+        self, channel_ids: frozenset[str] | None, changes: Sequence[LiveChange] = ()
+    ) -> None:
         return None
 
 

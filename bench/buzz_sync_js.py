@@ -1,0 +1,160 @@
+#!/usr/bin/env python
+"""buzz-sync-js (the TypeScript client, Node) against buzz-sync (Python): a full round of N
+artifacts into SQLite, on the same relay in the same run, and the Node figure for applying a
+1-change round to a 100k collection.
+
+    .venv/bin/python bench/buzz_sync_js.py                 # N = 10,000
+    .venv/bin/python bench/buzz_sync_js.py --n 10000 100000
+
+The relay and its seeded database are bench/client.py's (N real signed artifacts, page limit
+1000). Each client runs in a child process of its own, ids and signatures verified (and the
+Node client again without verification). Needs PostgreSQL and Redis as bench/client.py does,
+node, and buzz-sync-js built (bin/bootstrap test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import psycopg  # noqa: E402
+
+from bench.client import Relay, full_round, prepare_database, seed  # noqa: E402
+from nostr.schnorr import generate_secret, pubkey_from_secret  # noqa: E402
+
+PACKAGE = ROOT / "buzz-sync-js"
+
+
+def node_round(relay: Relay, reader: str, verify: bool) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        run = subprocess.run(
+            ["node", "bench/full_round.mjs", relay.url, reader, str(Path(tmp) / "c.sqlite"),
+             "1" if verify else "0"],
+            cwd=PACKAGE, capture_output=True, text=True, check=False,
+        )
+        if run.returncode != 0:
+            raise SystemExit(f"node round failed:\n{run.stderr}")
+        result: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+        return result
+
+
+def browser_figures(relay: Relay, n: int) -> dict[str, float]:
+    """The /app/ page in Debian's Chromium: its first sync of N tasks into IndexedDB (NIP-11,
+    pages, signature checks, IndexedDB transactions, one render), then a reload's first paint
+    of the N tasks from IndexedDB."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+        try:
+            context = browser.new_context(bypass_csp=True)
+            page = context.new_page()
+            page.set_default_timeout(600_000)
+            started = time.perf_counter()
+            page.goto(f"{relay.url}/app/")
+            page.wait_for_function(f"document.body.dataset.tasks === '{n}'")
+            first_sync = time.perf_counter() - started
+            paints = []
+            for _ in range(3):
+                page.reload()
+                page.wait_for_function(f"document.body.dataset.tasks === '{n}'")
+                # The page's marks, from navigation start: script running, storage open,
+                # rows read from IndexedDB, rows rendered (the first paint of the tasks).
+                marks = page.evaluate(
+                    "Object.fromEntries(performance.getEntriesByType('mark')"
+                    ".map(m => [m.name.split(':')[1], m.startTime / 1000]))")
+                paints.append(marks)
+            paints.sort(key=lambda marks: marks["rendered"])
+        finally:
+            browser.close()
+    middle = paints[1]
+    return {"first_sync_seconds": first_sync, "rate": n / first_sync,
+            "paint_seconds": middle["rendered"], "script_seconds": middle["start"],
+            "read_seconds": middle["rows"] - middle["opened"],
+            "render_seconds": middle["rendered"] - middle["rows"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[10_000])
+    parser.add_argument("--apply-n", type=int, default=100_000)
+    parser.add_argument("--browser", action="store_true",
+                        help="also time the /app/ page in Chromium (IndexedDB, first paint)")
+    parser.add_argument("--database-url", default=os.environ.get(
+        "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
+    parser.add_argument("--redis-url", default=os.environ.get(
+        "BENCH_REDIS_URL", "redis://127.0.0.1:6379/6"))
+    args = parser.parse_args()
+
+    author, reader = generate_secret(), generate_secret()
+    rows = []
+    browsers: list[tuple[int, dict[str, float]]] = []
+    for n in args.n:
+        started = time.perf_counter()
+        url = prepare_database(args.database_url, "buzz_client_bench")
+        seed(url, n, author, pubkey_from_secret(reader))
+        print(f"N={n:,}: seeded in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        os.environ["RELAY_APP"] = "1"  # the relay serves /app/ for --browser
+        relay = Relay(url, args.redis_url)
+        try:
+            # Alternated, so that neither client always meets a warmer relay.
+            python = full_round(relay, reader, verify=True)
+            node = node_round(relay, reader, verify=True)
+            python_again = full_round(relay, reader, verify=True)
+            node_plain = node_round(relay, reader, verify=False)
+            if args.browser:
+                browsers.append((n, browser_figures(relay, n)))
+        finally:
+            relay.stop()
+        for found in (python, node, python_again, node_plain):
+            assert found["stored"] == n and found["kind"] == "full", found
+        rows.append((n, python, python_again, node, node_plain))
+    with psycopg.connect(args.database_url, autocommit=True) as conn:
+        conn.execute('DROP DATABASE IF EXISTS "buzz_client_bench" WITH (FORCE)')
+
+    print(f"\nFull round into SQLite, same relay, same run (page limit 1000, "
+          f"{os.cpu_count()} CPUs shared); artifacts/s\n")
+    print(f"{'N':>9} | {'buzz-sync':>9} | {'(again)':>8} | {'buzz-sync-js':>12} | "
+          f"{'ratio':>5} | {'js no-verify':>12} | {'py CPU s':>8} | {'js CPU s':>8} | "
+          f"{'js peak RSS MiB':>15}")
+    print("-" * 107)
+    for n, python, python_again, node, plain in rows:
+        py_rate = n / min(python["seconds"], python_again["seconds"])
+        js_rate = n / node["seconds"]
+        print(f"{n:>9,} | {n / python['seconds']:>9,.0f} | {n / python_again['seconds']:>8,.0f} | "
+              f"{js_rate:>12,.0f} | {js_rate / py_rate:>5.2f} | {n / plain['seconds']:>12,.0f} | "
+              f"{min(python['cpu_seconds'], python_again['cpu_seconds']):>8.1f} | "
+              f"{node['cpu_seconds']:>8.1f} | {node['rss_peak_kib'] / 1024:>15.1f}")
+    print("\nratio: buzz-sync-js over the better of buzz-sync's two rounds (target >= 1); CPU: "
+          "each client process's own CPU time in the round (the better of buzz-sync's two), the "
+          "fairer figure on a shared machine.")
+
+    for n, figures in browsers:
+        print(f"\n/app/ in Chromium, N={n:,}: first sync into IndexedDB {figures['rate']:,.0f} "
+              f"artifacts/s ({figures['first_sync_seconds']:.1f} s, target >= 5,000/s); "
+              f"first paint after a reload {figures['paint_seconds'] * 1000:.0f} ms "
+              f"(median of 3, target < 1 s: script {figures['script_seconds'] * 1000:.0f} ms, "
+              f"IndexedDB read {figures['read_seconds'] * 1000:.0f} ms, render "
+              f"{figures['render_seconds'] * 1000:.0f} ms)")
+    apply = subprocess.run(["node", "bench/apply_round.mjs", str(args.apply_n), "300"],
+                           cwd=PACKAGE, capture_output=True, text=True, check=True)
+    figures = json.loads(apply.stdout.strip().splitlines()[-1])
+    print(f"\nApplying a 1-change round to a {args.apply_n:,}-artifact SQLite collection (Node): "
+          f"p50 {figures['p50_ms']:.3f} ms, p95 {figures['p95_ms']:.3f} ms, max "
+          f"{figures['max_ms']:.1f} ms over {figures['repeats']} rounds (target p50 <= 5 ms)")
+    print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()

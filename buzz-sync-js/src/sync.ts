@@ -1,0 +1,198 @@
+/**
+ * Rounds (PROTOCOL.md section 5): fetch pages from `POST /query` and apply each, with its token,
+ * to the local collection. The same rules as buzz-sync (buzzclient/sync.py):
+ *
+ * - the relay advertises `artifacts.incremental` and the last round finished under it: a
+ *   continuation round from the stored token;
+ * - a round was interrupted while the capability is advertised: it resumes from the token of
+ *   its last applied page (and, since that round keeps its first page's T, the caller runs one
+ *   more round before counting the collection current);
+ * - otherwise (first run, capability absent, token refused): a full round from `progress: null`.
+ */
+
+import { BuzzError } from "./errors.js";
+import { type Page, pageItems, parsePage, useWasmVerifier } from "./page.js";
+import type { RelayHttp, RelayInfo } from "./relay.js";
+import type { CollectionState, LiveChanges, Store } from "./store.js";
+import { isUuid } from "./types.js";
+
+export interface SyncFilter {
+  /** Home channels (`#h`); empty: every channel the reader can read. */
+  channels?: readonly string[];
+  /** Artifact types (`#type`). */
+  types?: readonly string[];
+}
+
+/** Sorted and de-duplicated, as the relay canonicalizes them (tokens bind this). */
+export function predicates(filter: SyncFilter): Record<string, string[]> {
+  const found: Record<string, string[]> = {};
+  for (const channel of filter.channels ?? []) {
+    if (!isUuid(channel)) throw new BuzzError("bad_input", `channel ${JSON.stringify(channel)} is not a lowercase canonical UUID`);
+  }
+  for (const type of filter.types ?? []) {
+    if (typeof type !== "string" || !type) throw new BuzzError("bad_input", "an artifact type must be a non-empty string");
+  }
+  if (filter.channels?.length) found["#h"] = [...new Set(filter.channels)].sort();
+  if (filter.types?.length) found["#type"] = [...new Set(filter.types)].sort();
+  return found;
+}
+
+export interface RoundSummary {
+  kind: "full" | "continuation";
+  /** The relay advertised `artifacts.incremental` when the round started. */
+  incremental: boolean;
+  pages: number;
+  /** Events and removals received (overlap re-reads included). */
+  items: number;
+  added: number;
+  updated: number;
+  removed: number;
+  /** Pages that reset a round the client did not start as a full round. */
+  resets: number;
+  /** The round was begun earlier (interrupted) and finished now. */
+  resumed: boolean;
+  seconds: number;
+  /** Seconds spent honouring 429 / backing off from 503. */
+  waited: number;
+}
+
+/** What a round reports after each applied page. */
+export interface PageProgress {
+  summary: RoundSummary;
+  changes: LiveChanges;
+  page: Page;
+  state: CollectionState;
+}
+
+export type ViewChanges = "auto" | "reset";
+
+export interface SyncerOptions {
+  http: RelayHttp;
+  store: Store;
+  /** The collection's key in the store. */
+  key: string;
+  filter?: SyncFilter;
+  pageLimit?: number;
+  /** Check every served event's id and signature (default true). */
+  verify?: boolean;
+  /** `auto`: opt in to `view_changes: "incremental"` when NIP-11 offers it (as buzz-sync does);
+   * `reset`: never (every view change resets the collection). */
+  viewChanges?: ViewChanges;
+  /** Verify with libsecp256k1 in WebAssembly when it loads (default true); false: noble. */
+  wasmVerifier?: boolean;
+}
+
+export class Syncer {
+  readonly http: RelayHttp;
+  readonly store: Store;
+  readonly key: string;
+  readonly filter: Record<string, string[]>;
+  readonly pageLimit?: number;
+  readonly verify: boolean;
+  readonly viewChanges: ViewChanges;
+  readonly wasmVerifier: boolean;
+
+  constructor(options: SyncerOptions) {
+    this.http = options.http;
+    this.store = options.store;
+    this.key = options.key;
+    this.filter = predicates(options.filter ?? {});
+    if (options.pageLimit !== undefined && !(Number.isInteger(options.pageLimit) && options.pageLimit >= 1 && options.pageLimit <= 1000)) {
+      throw new BuzzError("bad_input", "page limit must be between 1 and 1000");
+    }
+    this.pageLimit = options.pageLimit;
+    this.verify = options.verify ?? true;
+    this.viewChanges = options.viewChanges ?? "auto";
+    this.wasmVerifier = options.wasmVerifier ?? true;
+  }
+
+  async relayInfo(): Promise<RelayInfo> {
+    return this.http.relayInfo();
+  }
+
+  /** Fetches and applies pages until the relay says `more: false`. `maxPages` stops early
+   * (the round stays open and the next call resumes it). */
+  async runRound(options: { info?: RelayInfo; onPage?: (progress: PageProgress) => void; maxPages?: number } = {}): Promise<RoundSummary> {
+    const info = options.info ?? (await this.relayInfo());
+    if (this.verify && this.wasmVerifier) await useWasmVerifier();
+    const started = performance.now();
+    const waitedBefore = this.http.stats.waited;
+    const state = await this.store.state(this.key);
+    let version = state.version;
+    // Only tokens obtained while the capability was advertised are ever sent again, be they a
+    // finished round's (continuation) or an interrupted round's (resumption).
+    const resumable = state.continuable && (state.roundOpen || state.complete);
+    let progress: string | null = null;
+    let kind: RoundSummary["kind"] = "full";
+    if (info.incremental && resumable && state.progress !== null) {
+      progress = state.progress;
+      kind = state.roundOpen && state.targetSlot !== state.liveSlot ? "full" : "continuation";
+    }
+    const summary: RoundSummary = {
+      kind, incremental: info.incremental, pages: 0, items: 0, added: 0, updated: 0, removed: 0,
+      resets: 0, resumed: progress !== null && state.roundOpen, seconds: 0, waited: 0,
+    };
+    let tokenRefused = false;
+    let liveSlot = state.liveSlot;
+    let roundOpen = state.roundOpen;
+    let targetSlot = state.targetSlot;
+    for (let n = 0; n < (options.maxPages ?? Infinity); n += 1) {
+      let body: unknown;
+      try {
+        body = await this.fetch(info, progress);
+      } catch (error) {
+        if (!(error instanceof BuzzError) || error.relayCode !== "invalid_progress" || progress === null || tokenRefused) throw error;
+        // The relay cannot read our token (its key changed beyond rotation, or storage was
+        // edited): start over with a full round rather than give up.
+        tokenRefused = true;
+        progress = null;
+        summary.kind = "full";
+        summary.resets += 1;
+        continue;
+      }
+      const page = parsePage(body, this.verify);
+      const startsFull = progress === null || page.reset;
+      let target = liveSlot;
+      if (startsFull) target = (1 - liveSlot) as 0 | 1;
+      else if (roundOpen && targetSlot !== null) target = targetSlot;
+      const applied = await this.store.applyPage(this.key, {
+        expectedVersion: version,
+        target,
+        clearTarget: startsFull,
+        page,
+        continuable: info.incremental,
+        swap: !page.more && target !== liveSlot,
+      });
+      if (page.reset && progress !== null) {
+        summary.resets += 1;
+        summary.kind = "full";
+      }
+      version = applied.state.version;
+      liveSlot = applied.state.liveSlot;
+      roundOpen = applied.state.roundOpen;
+      targetSlot = applied.state.targetSlot;
+      progress = page.progress;
+      summary.pages += 1;
+      summary.items += pageItems(page);
+      summary.added += applied.changes.added;
+      summary.updated += applied.changes.updated;
+      summary.removed += applied.changes.removed;
+      summary.seconds = (performance.now() - started) / 1000;
+      summary.waited = this.http.stats.waited - waitedBefore;
+      options.onPage?.({ summary, changes: applied.changes, page, state: applied.state });
+      if (!page.more) return summary;
+    }
+    return summary;
+  }
+
+  private fetch(info: RelayInfo, progress: string | null): Promise<unknown> {
+    const request: Record<string, unknown> = { artifact: "current", ...this.filter };
+    request.limit = Math.min(this.pageLimit ?? info.maxLimit, info.maxLimit);
+    request.progress = progress;
+    if (this.viewChanges === "auto" && info.incrementalViewChanges) {
+      // Grants and removals then cost the channels they touch, not a full round.
+      request.view_changes = "incremental";
+    }
+    return this.http.query(request, info.queryEndpoint);
+  }
+}

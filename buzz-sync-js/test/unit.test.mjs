@@ -1,0 +1,265 @@
+// The parts that need no relay: the three storage adapters agree page by page (IndexedDB
+// through fake-indexeddb), pages are checked before anything is applied, retries follow the
+// policy (503 backoff, give up), and an unreachable relay sends writes to the outbox.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { IDBFactory, IDBKeyRange } from "fake-indexeddb";
+
+import { BuzzClient, IndexedDbStore, MemoryStore, Publisher, RelayAddress, RelayHttp, Syncer, keySigner, generateSecretHex, parsePage } from "../dist/index.js";
+import { random } from "./seeded.mjs";
+import { SqliteStore } from "../dist/sqlite.js";
+import { finalizeEvent } from "nostr-tools/pure";
+import { hexToBytes } from "nostr-tools/utils";
+
+const SECRET = generateSecretHex();
+const CHANNELS = ["11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222", "33333333-3333-4333-8333-333333333333"];
+const uuidOf = (n) => `00000000-0000-4000-8000-${String(n).padStart(12, "0")}`;
+
+function head(d, channel, title, prev) {
+  const tags = [["ar", "1"], ["d", d], ["h", channel], ["type", "buzz.task"], ["op", prev ? "update" : "create"], ["title", title]];
+  if (prev) tags.push(["prev", prev]);
+  return finalizeEvent({ kind: 45010, created_at: Math.floor(Date.now() / 1000), tags, content: title }, hexToBytes(SECRET));
+}
+
+
+/** A relay in a function: pages a schedule of random changes, with resets and removed channels. */
+function scriptedRelay(seed) {
+  const rand = random(seed);
+  const world = new Map(); // d -> event
+  const pages = [];
+  let n = 0;
+  for (let round = 0; round < 12; round += 1) {
+    const reset = round === 0 || rand() < 0.15;
+    const events = [];
+    const removed = [];
+    const removedChannels = !reset && rand() < 0.2 ? [CHANNELS[Math.floor(rand() * 3)]] : [];
+    for (const channel of removedChannels) for (const [d, e] of world) if (e.tags[2][1] === channel) world.delete(d);
+    for (let i = 0; i < 1 + Math.floor(rand() * 6); i += 1) {
+      const r = rand();
+      const existing = [...world.keys()];
+      if (r < 0.5 || !existing.length) {
+        const d = uuidOf(++n);
+        world.set(d, head(d, CHANNELS[Math.floor(rand() * 3)], `t${n}`));
+      } else if (r < 0.8) {
+        const d = existing[Math.floor(rand() * existing.length)];
+        world.set(d, head(d, CHANNELS[Math.floor(rand() * 3)], `u${n++}`, world.get(d).id));
+      } else {
+        const d = existing[Math.floor(rand() * existing.length)];
+        world.delete(d);
+        if (!reset) removed.push({ d, reason: "deleted" });
+      }
+    }
+    const touched = reset ? [...world.values()] : [];
+    const named = new Set(removed.map((r) => r.d));
+    if (!reset) for (const [d, e] of world) if (!named.has(d) && rand() < 0.5) touched.push(e);
+    // Everything changed this round must travel: re-send every head (duplicates are allowed).
+    if (!reset) for (const [d, e] of world) if (!named.has(d) && !touched.includes(e)) touched.push(e);
+    const chunks = [];
+    for (let i = 0; i < touched.length; i += 3) chunks.push(touched.slice(i, i + 3));
+    if (!chunks.length) chunks.push([]);
+    chunks.forEach((chunk, i) => {
+      pages.push({
+        events: chunk, removed: i === 0 ? removed : [], progress: `p${pages.length}`, more: i < chunks.length - 1,
+        reset: reset && i === 0, ...(i === 0 && removedChannels.length ? { removed_channels: removedChannels } : {}),
+      });
+    });
+    pages.push({ expect: new Map([...world].map(([d, e]) => [d, e.id])) });
+  }
+  return pages;
+}
+
+async function applyAll(store, pages) {
+  const key = "k";
+  await store.open(key);
+  const snapshots = [];
+  for (const body of pages) {
+    if (body.expect) {
+      const rows = await store.query(key, {});
+      snapshots.push(new Map(rows.map((r) => [r.d, r.eventId])));
+      assert.deepEqual(snapshots.at(-1), body.expect);
+      continue;
+    }
+    const page = parsePage(body, false);
+    const state = await store.state(key);
+    const startsFull = state.progress === null || page.reset;
+    const target = startsFull ? 1 - state.liveSlot : state.roundOpen && state.targetSlot !== null ? state.targetSlot : state.liveSlot;
+    await store.applyPage(key, { expectedVersion: state.version, target, clearTarget: startsFull, page, continuable: true, swap: !page.more && target !== state.liveSlot });
+  }
+  return snapshots;
+}
+
+test("memory, SQLite and IndexedDB apply a seeded schedule of pages to the same collections", async () => {
+  for (const seed of [1, 2, 3]) {
+    const pages = scriptedRelay(seed);
+    const memory = await applyAll(new MemoryStore(), pages);
+    const sqlite = await applyAll(new SqliteStore(":memory:"), pages);
+    const idb = await applyAll(await IndexedDbStore.open(`seed-${seed}`, new IDBFactory(), IDBKeyRange), pages);
+    assert.deepEqual(sqlite, memory);
+    assert.deepEqual(idb, memory);
+  }
+});
+
+for (const [name, make] of [
+  ["memory", async () => new MemoryStore()],
+  ["sqlite", async () => new SqliteStore(":memory:")],
+  ["indexeddb", async () => IndexedDbStore.open("t", new IDBFactory(), IDBKeyRange)],
+]) {
+  test(`${name}: removed_channels delete by each item's stored home; a marker only over its prev`, async () => {
+    const store = await make();
+    await store.open("k");
+    const [a, b, c] = [uuidOf(1), uuidOf(2), uuidOf(3)];
+    const ea = head(a, CHANNELS[0], "a"), eb = head(b, CHANNELS[0], "b"), ec = head(c, CHANNELS[1], "c");
+    const first = parsePage({ events: [ea, eb, ec], removed: [], progress: "1", more: false, reset: true }, true);
+    await store.applyPage("k", { expectedVersion: 0, target: 1, clearTarget: true, page: first, continuable: true, swap: true });
+    // b moved to channel 1 (not yet delivered), then channel 0 left the view: b goes too, by
+    // its stored home, and the page that re-delivers it brings it back.
+    const gone = parsePage({ events: [], removed: [], removed_channels: [CHANNELS[0]], progress: "2", more: true, reset: false }, true);
+    const applied = await store.applyPage("k", { expectedVersion: 1, target: 1, clearTarget: false, page: gone, continuable: true, swap: false });
+    assert.equal(applied.changes.removed, 2);
+    assert.deepEqual((await store.query("k", {})).map((r) => r.d), [c]);
+    const marker = finalizeEvent({ kind: 45011, created_at: 1, tags: [["ar", "1"], ["d", c], ["h", CHANNELS[1]], ["reason", "moved"], ["prev", "00".repeat(32)]], content: "" }, hexToBytes(SECRET));
+    const stale = parsePage({ events: [marker], removed: [], progress: "3", more: false, reset: false }, true);
+    await store.applyPage("k", { expectedVersion: 2, target: 1, clearTarget: false, page: stale, continuable: true, swap: false });
+    assert.equal((await store.get("k", c)).eventId, ec.id, "a marker naming another head leaves ours");
+    // A page applied over a version another writer moved past: nothing applied.
+    await assert.rejects(
+      store.applyPage("k", { expectedVersion: 0, target: 1, clearTarget: false, page: first, continuable: true, swap: false }),
+      (error) => error.code === "concurrent_sync",
+    );
+    assert.equal((await store.state("k")).version, 3);
+  });
+}
+
+test("a page is checked whole first: forged events, a d named twice, reset with removed_channels", () => {
+  const e = head(uuidOf(9), CHANNELS[0], "x");
+  assert.throws(() => parsePage({ events: [{ ...e, content: "forged" }], removed: [], progress: "p", more: false, reset: false }), (x) => x.code === "protocol");
+  assert.throws(() => parsePage({ events: [e], removed: [{ d: uuidOf(9), reason: "deleted" }], progress: "p", more: false, reset: false }), /twice/);
+  assert.throws(() => parsePage({ events: [], removed: [], removed_channels: [CHANNELS[0]], progress: "p", more: false, reset: true }), /both/);
+  assert.throws(() => parsePage({ events: [], removed: [], removed_channels: ["nope"], progress: "p", more: false, reset: false }), /removed_channels/);
+  assert.throws(() => parsePage({ events: [], removed: [], more: false, reset: false }), /progress/);
+});
+
+const INFO = { supported_extensions: ["artifacts.incremental"], artifacts: { incremental: { endpoint: "/query", max_limit: 1000, view_changes: ["reset", "incremental"] } } };
+const json = (status, body, headers = {}) => new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json", ...headers } });
+
+test("503 backs off exponentially with jitter up to the cap, then gives up as busy", async () => {
+  const waits = [];
+  let calls = 0;
+  const http = new RelayHttp(RelayAddress.parse("http://relay.test"), keySigner(SECRET), {
+    retry: { base: 0.5, cap: 4, maxAttempts: 6, random: () => 1 },
+    sleep: async (s) => void waits.push(s),
+    fetch: async () => (calls++, json(503, { error: "budget_exceeded" })),
+  });
+  await assert.rejects(http.query({ artifact: "current" }), (e) => e.code === "busy" && e.relayCode === "budget_exceeded");
+  assert.equal(calls, 6);
+  assert.deepEqual(waits, [0.5, 1, 2, 4, 4]);
+});
+
+test("429 waits Retry-After; a refused token starts a full round; network failures retry", async () => {
+  const waits = [];
+  const answers = [
+    () => json(429, { error: "rate_limited" }, { "Retry-After": "2" }),
+    () => { throw new TypeError("fetch failed"); },
+    () => json(400, { error: "invalid_progress" }),
+    () => json(200, { events: [], removed: [], progress: "fresh", more: false, reset: true }),
+  ];
+  const seen = [];
+  const http = new RelayHttp(RelayAddress.parse("http://relay.test"), keySigner(SECRET), {
+    retry: { random: () => 0 },
+    sleep: async (s) => void waits.push(s),
+    fetch: async (url, init) => {
+      if (init.method === "GET") return json(200, INFO);
+      seen.push(JSON.parse(new TextDecoder().decode(init.body))[0].progress);
+      return answers.shift()();
+    },
+  });
+  const store = new MemoryStore();
+  await store.open("k");
+  // A collection that holds a finished round's token the relay will refuse.
+  await store.applyPage("k", { expectedVersion: 0, target: 1, clearTarget: true, page: parsePage({ events: [], removed: [], progress: "old", more: false, reset: true }), continuable: true, swap: true });
+  const syncer = new Syncer({ http, store, key: "k" });
+  const summary = await syncer.runRound();
+  assert.deepEqual(seen, ["old", "old", "old", null]);
+  assert.equal(waits[0], 2);
+  assert.equal(summary.kind, "full");
+  assert.equal(summary.resets, 1);
+  assert.equal((await store.state("k")).progress, "fresh");
+});
+
+test("offline writes queue in the outbox (kept in storage) and go in order when the relay is back", async () => {
+  let online = false;
+  const sent = [];
+  const fetchImpl = async (url, init) => {
+    if (!online) throw new TypeError("fetch failed", { cause: { code: "ECONNREFUSED" } });
+    const event = JSON.parse(new TextDecoder().decode(init.body));
+    sent.push(event.id);
+    return json(200, ["OK", event.id, true, ""]);
+  };
+  const store = new SqliteStore(":memory:");
+  const signer = keySigner(SECRET);
+  const make = () => new Publisher({ http: new RelayHttp(RelayAddress.parse("http://relay.test"), signer, { fetch: fetchImpl, retry: { connectAttempts: 1 } }), store, key: "k", signer });
+  const publisher = make();
+  const a = await publisher.createArtifact({ channel: CHANNELS[0], type: "buzz.task", title: "a" });
+  assert.equal(a.status, "queued");
+  const d = a.event.tags[1][1];
+  const b = await publisher.updateArtifact(d, { title: "b" });
+  assert.equal(b.status, "queued");
+  assert.deepEqual(b.event.tags.find((t) => t[0] === "prev"), ["prev", a.event.id], "prev follows the queued write");
+  online = true;
+  const c = await publisher.createArtifact({ channel: CHANNELS[1], type: "buzz.task", title: "c" });
+  assert.equal(c.status, "queued", "a write made while others wait queues behind them");
+  // A new publisher over the same storage (a reload) finds the outbox and sends it in order.
+  const outcomes = [];
+  const again = make();
+  again.options.onOutcome = (o) => outcomes.push(o.status);
+  assert.equal(await again.flush(), 3);
+  assert.deepEqual(sent, [a.event.id, b.event.id, c.event.id]);
+  assert.deepEqual(outcomes, ["accepted", "accepted", "accepted"]);
+  assert.deepEqual(await store.outboxList("k"), []);
+});
+
+test("a key is generated once, kept in storage, with a warning; a passed key wins", async () => {
+  const store = new MemoryStore();
+  const warnings = [];
+  const first = await BuzzClient.open({ relay: "http://relay.test", store, useNip07: false, warn: (m) => warnings.push(m) });
+  const second = await BuzzClient.open({ relay: "http://relay.test", store, useNip07: false, warn: (m) => warnings.push(m) });
+  assert.equal(first.signerSource, "generated");
+  assert.equal(second.signerSource, "stored");
+  assert.equal(first.pubkey, second.pubkey);
+  assert.equal(warnings.length, 1);
+  assert.match(warnings[0], /unencrypted/);
+  const passed = await BuzzClient.open({ relay: "http://relay.test", store, secretKey: SECRET, useNip07: false });
+  assert.equal(passed.signerSource, "passed");
+  globalThis.nostr = keySigner(generateSecretHex());
+  try {
+    const nip07 = await BuzzClient.open({ relay: "http://relay.test", store, secretKey: SECRET });
+    assert.equal(nip07.signerSource, "nip07");
+  } finally {
+    delete globalThis.nostr;
+  }
+});
+
+test("without artifacts.incremental every round is full and no token of that time is continued", async () => {
+  let incremental = false;
+  const sent = [];
+  let n = 0;
+  const http = new RelayHttp(RelayAddress.parse("http://relay.test"), keySigner(SECRET), {
+    fetch: async (url, init) => {
+      if (init.method === "GET") return json(200, incremental ? INFO : { supported_extensions: [] });
+      sent.push(JSON.parse(new TextDecoder().decode(init.body))[0].progress);
+      n += 1;
+      return json(200, { events: [head(uuidOf(n), CHANNELS[0], `t${n}`)], removed: [], progress: `t${n}`, more: false, reset: sent.at(-1) === null });
+    },
+  });
+  const store = new MemoryStore();
+  await store.open("k");
+  const syncer = new Syncer({ http, store, key: "k" });
+  const rounds = [await syncer.runRound(), await syncer.runRound()];
+  assert.deepEqual(rounds.map((r) => [r.kind, r.incremental]), [["full", false], ["full", false]]);
+  incremental = true;
+  const back = await syncer.runRound(); // a token made while not advertised is never sent
+  assert.equal(back.kind, "full");
+  const next = await syncer.runRound();
+  assert.equal(next.kind, "continuation");
+  assert.deepEqual(sent, [null, null, null, "t3"]);
+});
