@@ -267,3 +267,39 @@ class ArtifactRevision(models.Model):
                 condition=models.Q(source_channel_id__isnull=False),
             )
         ]
+
+
+class ListingChange(models.Model):
+    """One row per increment of `communities.listing_version` (migration 0081).
+
+    Written by the same statement that increments the counter (`services.transactions`), so a
+    snapshot that sees version v sees exactly the rows up to v: rounds find the channels whose
+    listing changed since a token's view was computed, and each one's readability before that
+    change, without listing the community's channels (`selectors.view`). Policy and admin-list
+    changes write a row without a channel. Rows older than the longest a token lives are
+    collected by the writers themselves. `community_id` is a plain column: no foreign key to
+    validate or lock, and a deleted community's rows age out like any others.
+    """
+
+    class Readable(models.IntegerChoices):
+        # Before this change the channel did not exist or was deleted: readable by nobody.
+        NOBODY = 0
+        OPEN = 1
+        # Private: readable by its active members.
+        MEMBERS = 2
+
+    community_id = models.BigIntegerField()
+    listing_version = models.BigIntegerField()
+    channel_id = models.UUIDField(null=True, blank=True)
+    readable_before = models.SmallIntegerField(choices=Readable.choices, null=True, blank=True)
+    changed_at = models.DateTimeField(db_default=TransactionNow())
+
+    class Meta:
+        db_table = "artifact_listing_changes"
+        constraints = [
+            # Rounds read the versions after a token's (and check none is missing); the writers'
+            # collection walks it from the oldest.
+            models.UniqueConstraint(
+                fields=["community_id", "listing_version"], name="listing_changes_version_uniq"
+            )
+        ]

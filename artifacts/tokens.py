@@ -4,14 +4,15 @@ Layout (before base64url without padding):
 
     version (1 byte) | nonce (12) | AES-GCM-SIV ciphertext of the fields + tag (16)
 
-The fields: the fixed part (`_FIELDS`), the cursor key, then the view part (`_VIEW`): the view's
-channel set V itself while it holds at most `MAX_VIEW_CHANNELS` channels (16 bytes each, sorted),
-the round's catch-up set C as a bitmap over V (C is always a subset of V), and the catch-up's
-cursor. The set rides in the token rather than in a table: a token of a reader with 10 channels
-is about 430 characters, one with 256 about 5,700; a larger view is carried by its digest alone,
-and any change of it resets (PROTOCOL.md section 5 allows a reset whenever V cannot be
-recovered). A token that ends after its cursor key (issued before the view part existed) reads
-as one whose V is not carried.
+The fields: the fixed part (`_FIELDS`), the cursor key, then the view part (`_VIEW`). The view
+part carries a reference to the view's channel set V, never V itself (PROTOCOL.md section 5,
+"View"; docs/protocol.md, "Wide views"): the community's listing version the view was computed
+under, and the personal part of V, the private channels P could read then (at most
+`MAX_PRIVATE_CHANNELS`; more are not carried, and a change that needs them resets). V is then
+every channel open at that listing version plus those: `artifacts.selectors.view` recovers it,
+for the channels that changed since, from the listing change log. Then the round's catch-up set
+C (at most `MAX_CATCHUP_CHANNELS` channel ids; a catch-up that grows past it resets) and the
+catch-up's cursor. So a token's size does not grow with V: the largest is under 1,000 characters.
 
 The key is HKDF-SHA256 of the relay key (per token version), so every instance sharing the relay
 key reads every other's tokens and nothing inside is readable by the client. The associated data
@@ -44,26 +45,30 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCMSIV
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 
-TOKEN_VERSION = 1
+# 2: the view part carries a reference to V (listing version, private channels), not V.
+TOKEN_VERSION = 2
 _NONCE_BYTES = 12
 _TAG_BYTES = 16
 # Fields: phase, epoch, database, round T, watermark W, cursor time, view digest, view T,
 # view fingerprint, issued at, cursor key length; then the cursor key itself.
 _FIELDS = struct.Struct(">Bq8sqqq16sq8sqB")
 _MAX_CURSOR_KEY = 32
-# The view part: flags (bit 0: V is carried; bit 1: the catch-up is pending), the number of
-# channels of V; then V, the bitmap of C, and the catch-up cursor's length and bytes.
-_VIEW = struct.Struct(">BH")
-_CARRIES_VIEW = 1
+# The view part: flags (bit 0: the private channels are carried; bit 1: the catch-up is
+# pending), the listing version the view was computed under, the numbers of private channels
+# and of catch-up channels; then those channels (16 bytes each, sorted), and the catch-up
+# cursor's length and bytes.
+_VIEW = struct.Struct(">BqBB")
+_CARRIES_PRIVATE = 1
 _CATCHUP_PENDING = 2
-# The largest V a token carries (4 KiB of channel ids; the token then has about 5,800 characters).
-MAX_VIEW_CHANNELS = 256
+# Bounds on the sets a token carries: the largest token stays under 1,000 characters.
+MAX_PRIVATE_CHANNELS = 20
+MAX_CATCHUP_CHANNELS = 12
 _CHANNEL_BYTES = 16
 # The catch-up cursor: the channel being walked (16 bytes: from its start) and the last artifact
 # it passed there (32 bytes in all); empty: from the start of the first channel.
 _CATCHUP_CURSOR_LENGTHS = (0, 16, 32)
-# The largest token is about 5,800 characters; anything longer is not one of ours.
-_MAX_TOKEN_CHARS = 8192
+# The largest token is under 1,000 characters; anything much longer is not one of ours.
+_MAX_TOKEN_CHARS = 2048
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -101,12 +106,15 @@ class ProgressToken:
     view_t: datetime
     view_fingerprint: bytes
     issued_at: datetime
-    # The view's channel set V (sorted 16-byte channel ids), or None when the token does not
-    # carry it (a view larger than MAX_VIEW_CHANNELS, or a token issued before it was carried).
-    view_channels: tuple[bytes, ...] | None = None
-    # The round's catch-up (PROTOCOL.md section 5): the set C (a subset of V), whether it still
-    # has heads to deliver, and its cursor (the channel walked, then the last artifact passed in
-    # it: 0, 16 or 32 bytes).
+    # The community's listing version in the snapshot of the page that computed the view.
+    listing_version: int = 0
+    # The private channels P could read then, within the filter (sorted 16-byte ids): with the
+    # listing version, the reference from which V is recovered; None when there were more than
+    # MAX_PRIVATE_CHANNELS (a change of one of them then resets).
+    view_private: tuple[bytes, ...] | None = ()
+    # The round's catch-up (PROTOCOL.md section 5): the set C, whether it still has heads to
+    # deliver, and its cursor (the channel walked, then the last artifact passed in it: 0, 16
+    # or 32 bytes).
     catchup: frozenset[bytes] = frozenset()
     catchup_pending: bool = False
     catchup_cursor: bytes = b""
@@ -240,7 +248,7 @@ def _unpack(plain: bytes) -> ProgressToken:
         cursor_key = plain[_FIELDS.size : _FIELDS.size + key_length]
         if len(cursor_key) != key_length:
             raise InvalidProgress("malformed token")
-        view_channels, catchup, catchup_pending, catchup_cursor = _unpack_view(
+        listing, view_private, catchup, catchup_pending, catchup_cursor = _unpack_view(
             plain[_FIELDS.size + key_length :]
         )
         return ProgressToken(
@@ -255,7 +263,8 @@ def _unpack(plain: bytes) -> ProgressToken:
             view_t=_moment(view_t),
             view_fingerprint=fingerprint,
             issued_at=_moment(issued_at),
-            view_channels=view_channels,
+            listing_version=listing,
+            view_private=view_private,
             catchup=catchup,
             catchup_pending=catchup_pending,
             catchup_cursor=catchup_cursor,
@@ -266,63 +275,60 @@ def _unpack(plain: bytes) -> ProgressToken:
 
 
 def _pack_view(token: ProgressToken) -> bytes:
-    channels = token.view_channels
-    if channels is None:
-        if token.catchup or token.catchup_pending:
-            raise ValueError("a catch-up needs the view's channels")
-        return _VIEW.pack(0, 0) + b"\0"
-    if len(channels) > MAX_VIEW_CHANNELS or list(channels) != sorted(set(channels)):
-        raise ValueError("a token carries at most MAX_VIEW_CHANNELS sorted, distinct channels")
-    if any(len(channel) != _CHANNEL_BYTES for channel in channels):
+    private = token.view_private
+    catchup = sorted(token.catchup)
+    if private is not None and (
+        len(private) > MAX_PRIVATE_CHANNELS or list(private) != sorted(set(private))
+    ):
+        raise ValueError("a token carries at most MAX_PRIVATE_CHANNELS sorted, distinct channels")
+    if len(catchup) > MAX_CATCHUP_CHANNELS:
+        raise ValueError("a token carries at most MAX_CATCHUP_CHANNELS catch-up channels")
+    if any(len(channel) != _CHANNEL_BYTES for channel in (*(private or ()), *catchup)):
         raise ValueError("channel ids are 16 bytes")
-    if not token.catchup <= set(channels):
-        raise ValueError("the catch-up set is a subset of the view")
     if len(token.catchup_cursor) not in _CATCHUP_CURSOR_LENGTHS:
         raise ValueError("bad catch-up cursor")
-    bitmap = bytearray((len(channels) + 7) // 8)
-    for index, channel in enumerate(channels):
-        if channel in token.catchup:
-            bitmap[index // 8] |= 1 << (index % 8)
-    flags = _CARRIES_VIEW | (_CATCHUP_PENDING if token.catchup_pending else 0)
+    flags = (_CARRIES_PRIVATE if private is not None else 0) | (
+        _CATCHUP_PENDING if token.catchup_pending else 0)
     return (
-        _VIEW.pack(flags, len(channels)) + b"".join(channels) + bytes(bitmap)
+        _VIEW.pack(flags, token.listing_version, len(private or ()), len(catchup))
+        + b"".join(private or ()) + b"".join(catchup)
         + bytes([len(token.catchup_cursor)]) + token.catchup_cursor
     )
 
 
-# The view part as read: V (None when not carried), C, whether the catch-up is pending, its cursor.
-_ViewPart = tuple[tuple[bytes, ...] | None, frozenset[bytes], bool, bytes]
-_VIEW_NOT_CARRIED: _ViewPart = (None, frozenset(), False, b"")
+# The view part as read: listing version, private channels (None: not carried), C, whether
+# the catch-up is pending, its cursor.
+_ViewPart = tuple[int, tuple[bytes, ...] | None, frozenset[bytes], bool, bytes]
 
 
 def _unpack_view(rest: bytes) -> _ViewPart:
-    if not rest:
-        return _VIEW_NOT_CARRIED  # issued before tokens carried the view: V is not recoverable
-    flags, count = _VIEW.unpack_from(rest)
-    if flags & ~(_CARRIES_VIEW | _CATCHUP_PENDING) or count > MAX_VIEW_CHANNELS:
+    flags, listing, n_private, n_catchup = _VIEW.unpack_from(rest)
+    if (
+        flags & ~(_CARRIES_PRIVATE | _CATCHUP_PENDING)
+        or n_private > MAX_PRIVATE_CHANNELS
+        or n_catchup > MAX_CATCHUP_CHANNELS
+        or (n_private and not flags & _CARRIES_PRIVATE)
+    ):
         raise InvalidProgress("malformed token")
-    if not flags & _CARRIES_VIEW:
-        if flags or count or rest[_VIEW.size :] != b"\0":
-            raise InvalidProgress("malformed token")
-        return _VIEW_NOT_CARRIED
     at = _VIEW.size
-    channels = tuple(
-        rest[at + i * _CHANNEL_BYTES : at + (i + 1) * _CHANNEL_BYTES] for i in range(count)
-    )
-    at += count * _CHANNEL_BYTES
-    bitmap = rest[at : at + (count + 7) // 8]
-    at += (count + 7) // 8
+    ids = [rest[at + i * _CHANNEL_BYTES : at + (i + 1) * _CHANNEL_BYTES]
+           for i in range(n_private + n_catchup)]
+    at += (n_private + n_catchup) * _CHANNEL_BYTES
+    private, catchup = ids[:n_private], ids[n_private:]
     cursor_length = rest[at] if at < len(rest) else -1
     cursor = rest[at + 1 :]
     if (
-        len(bitmap) != (count + 7) // 8
+        any(len(channel) != _CHANNEL_BYTES for channel in ids)
         or len(cursor) != cursor_length
         or cursor_length not in _CATCHUP_CURSOR_LENGTHS
-        or list(channels) != sorted(set(channels))
+        or private != sorted(set(private))
+        or catchup != sorted(set(catchup))
     ):
         raise InvalidProgress("malformed token")
-    catchup = frozenset(
-        channel for index, channel in enumerate(channels)
-        if bitmap[index // 8] >> (index % 8) & 1
+    return (
+        listing,
+        tuple(private) if flags & _CARRIES_PRIVATE else None,
+        frozenset(catchup),
+        bool(flags & _CATCHUP_PENDING),
+        cursor,
     )
-    return channels, catchup, bool(flags & _CATCHUP_PENDING), cursor

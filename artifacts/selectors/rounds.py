@@ -45,14 +45,18 @@ from artifacts.selectors.sync_epoch import EPOCH_SQL, database_identity
 from artifacts.selectors.view import (
     PROBE_COLUMNS,
     PROBE_FROM,
-    View,
+    ViewChange,
     ViewProbe,
+    derive_statement,
+    derive_view,
+    private_from_row,
+    private_statement,
     probe_from_row,
-    view_digest_statement,
-    view_from_row,
+    summary_digest,
     view_unchanged,
 )
 from artifacts.tokens import (
+    MAX_CATCHUP_CHANNELS,
     Phase,
     ProgressToken,
     RetiredToken,
@@ -77,7 +81,9 @@ _FIRST_STATEMENT = (
     "         AND h.modified_at >= %(pending_low)s AND h.modified_at < %(pending_t)s),"
     " EXISTS (SELECT 1 FROM artifact_revisions r WHERE r.community_id = co.id"
     "         AND r.source_channel_id IS NOT NULL"
-    "         AND r.modified_at >= %(pending_low)s AND r.modified_at < %(pending_t)s)"
+    "         AND r.modified_at >= %(pending_low)s AND r.modified_at < %(pending_t)s),"
+    # The listing change log (migration 0081): without it, views are not recovered.
+    " to_regclass('artifact_listing_changes') IS NOT NULL"
     f" FROM {PROBE_FROM}"
 )
 
@@ -244,28 +250,29 @@ def page_steps(
     if not first:
         raise CommunityGone(request.community_id)
     (now, epoch, enabled, allowed_types, listing, members, latest_member, heads_pending,
-     moves_pending) = first[0]
+     moves_pending, has_log) = first[0]
     state = _PageState(
         now=now,
         epoch=epoch,
         database=database_tag(identity),
         probe=probe_from_row(listing, members, latest_member),
         fence=fence,
+        summary=summary_digest(enabled, allowed_types, query.values("type")),
+        has_log=has_log,
     )
-    reset_reason, token, view, lost = yield from _resume(
+    reset_reason, token, lost = yield from _resume(
         request, state, ready=ready, overlap=overlap, token_max_age=token_max_age
     )
     quiet = False
     if token is None:
-        # A new full round, T = this page's fence.
-        if view is None:
-            view = yield from _view(request)
+        # A new full round, T = this page's fence; its view is referenced, not listed.
         token = ProgressToken(
             phase=Phase.FULL, epoch=epoch, database=state.database, round_t=fence,
             watermark=_ORIGIN, cursor_at=_ORIGIN, cursor_key=b"",
-            view_digest=view.digest, view_t=fence,
+            view_digest=state.summary, view_t=fence,
             view_fingerprint=state.probe.fingerprint, issued_at=now,
-            view_channels=view.channels,
+            listing_version=state.probe.listing,
+            view_private=(yield from _private(request)),
         )
     elif continues:
         # A continuation round: W = the previous round's T. A fence below W (a clock step)
@@ -340,6 +347,10 @@ class _PageState:
     database: bytes
     probe: ViewProbe
     fence: datetime
+    # The digest of the view's summary (enablement, allowed types within the filter).
+    summary: bytes
+    # The listing change log exists (migration 0081).
+    has_log: bool
 
 
 def _resume(
@@ -349,23 +360,21 @@ def _resume(
     ready: bool,
     overlap: timedelta,
     token_max_age: timedelta,
-) -> Generator[
-    Statement, Rows, tuple[str | None, ProgressToken | None, View | None, list[bytes]]
-]:
-    """(reset reason, token to continue, the view when this page computed it, the channels
-    lost by an incremental view change); exactly one of the first two is None."""
+) -> Generator[Statement, Rows, tuple[str | None, ProgressToken | None, list[bytes]]]:
+    """(reset reason, token to continue, the channels lost by an incremental view change);
+    exactly one of the first two is None."""
     decoded = request.decoded
     if decoded is None:
-        return "start", None, None, []
+        return "start", None, []
     if isinstance(decoded, RetiredToken):
-        return "retired", None, None, []
+        return "retired", None, []
     if decoded.epoch != state.epoch or decoded.database != state.database:
-        return "epoch", None, None, []
+        return "epoch", None, []
     if state.now - decoded.issued_at > token_max_age:
-        return "expired", None, None, []
+        return "expired", None, []
     if not ready and decoded.phase is not Phase.FULL:
         # A full round under way stays correct; a continuation needs a ready deployment.
-        return "not_ready", None, None, []
+        return "not_ready", None, []
     if _finished(decoded) and (decoded.catchup or decoded.catchup_pending
                                or decoded.catchup_cursor):
         # A new round's catch-up starts empty.
@@ -376,41 +385,61 @@ def _resume(
         computed_under=decoded.view_t,
         overlap=overlap,
     ):
-        return None, decoded, None, []
-    view = yield from _view(request)
+        return None, decoded, []
+    if state.summary != decoded.view_digest:
+        return "view", None, []  # enablement or allowed types differ
+    change = yield from _derive(request, decoded, state, overlap)
+    if not change.recoverable:
+        return "view", None, []
+    private = change.private
+    if private is None:
+        private = yield from _private(request)
     # Checked in this snapshot: any later change carries a stamp >= this page's fence.
-    checked = replace(decoded, view_digest=view.digest, view_t=state.fence,
-                      view_fingerprint=state.probe.fingerprint, view_channels=view.channels)
-    if view.digest == decoded.view_digest:
-        return None, checked, view, []
-    old = decoded.view_channels
-    if (
-        not request.query.view_changes_incremental
-        or old is None
-        or view.channels is None
-        or view.digest_with(old) != decoded.view_digest  # enablement or allowed types differ
-    ):
-        return "view", None, view, []
+    checked = replace(decoded, view_t=state.fence, view_fingerprint=state.probe.fingerprint,
+                      listing_version=state.probe.listing, view_private=private)
+    lost, gained = change.lost, change.gained
+    if not lost and not gained:
+        return None, checked, []
+    if not request.query.view_changes_incremental:
+        return "view", None, []
     # An incremental view change (PROTOCOL.md section 5): L = lost, A = gained.
-    lost = sorted(set(old) - set(view.channels))
-    gained = set(view.channels) - set(old)
-    catchup = (decoded.catchup - set(lost)) | gained
+    catchup = (decoded.catchup - set(lost)) | set(gained)
+    if len(catchup) > MAX_CATCHUP_CHANNELS:
+        return "view", None, []  # more than a token carries: a reset (always correct)
     return None, replace(
         checked,
         catchup=frozenset(catchup),
         # A channel joining restarts the cursor: its heads lie anywhere in the order.
         catchup_pending=bool(catchup) and (decoded.catchup_pending or bool(gained)),
         catchup_cursor=b"" if gained else decoded.catchup_cursor,
-    ), view, lost
+    ), lost
 
 
-def _view(request: RoundRequest) -> Generator[Statement, Rows, View]:
-    rows = yield view_digest_statement(
+def _derive(
+    request: RoundRequest, token: ProgressToken, state: _PageState, overlap: timedelta
+) -> Generator[Statement, Rows, ViewChange]:
+    """The channels lost and gained since the token's view (artifacts.selectors.view)."""
+    if not state.has_log or state.probe.listing < token.listing_version:
+        return ViewChange(False, [], [], None)
+    rows = yield derive_statement(
+        community_id=request.community_id,
+        reader=request.reader,
+        channels=request.query.values("h"),
+        since_version=token.listing_version,
+        version=state.probe.listing,
+        members_since=token.view_t - overlap,
+    )
+    return derive_view(rows, private=token.view_private,
+                       versions=state.probe.listing - token.listing_version)
+
+
+def _private(request: RoundRequest) -> Generator[Statement, Rows, tuple[bytes, ...] | None]:
+    rows = yield private_statement(
         community_id=request.community_id,
         reader=request.reader,
         channels=request.query.values("h"),
     )
-    return view_from_row(rows[0], types=request.query.values("type"))
+    return private_from_row(rows[0])
 
 
 @dataclass(slots=True)
