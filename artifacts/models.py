@@ -303,3 +303,32 @@ class ListingChange(models.Model):
                 fields=["community_id", "listing_version"], name="listing_changes_version_uniq"
             )
         ]
+
+
+class ChannelSet(models.Model):
+    """A set of channel ids too large for a token, stored by its digest (migration 0081).
+
+    Rounds store here the parts of a reader's view reference (its private channels) and of a
+    round's catch-up set that exceed what a token carries inline, and the token names the
+    digest: content-addressed, so every reader and round with the same set shares one row.
+    Written after the page's read transaction commits, before the token is handed out; a page
+    that carries a reference on refreshes `touched_at` when it is older than half the longest a
+    token lives, and rows untouched for twice that are collected by the pages that store sets
+    (`selectors.view`): no token still alive can name them.
+    """
+
+    community_id = models.BigIntegerField()
+    digest = models.BinaryField(max_length=16)
+    # The channel ids, 16 bytes each, sorted.
+    channels = models.BinaryField()
+    touched_at = models.DateTimeField(db_default=TransactionNow())
+
+    class Meta:
+        db_table = "artifact_sync_channel_sets"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["community_id", "digest"], name="channel_sets_digest_uniq"
+            )
+        ]
+        # The collection takes the oldest rows first.
+        indexes = [models.Index(fields=["touched_at"], name="channel_sets_touched")]

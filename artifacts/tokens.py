@@ -54,12 +54,17 @@ _TAG_BYTES = 16
 _FIELDS = struct.Struct(">Bq8sqqq16sq8sqB")
 _MAX_CURSOR_KEY = 32
 # The view part: flags (bit 0: the private channels are carried; bit 1: the catch-up is
-# pending), the listing version the view was computed under, the numbers of private channels
-# and of catch-up channels; then those channels (16 bytes each, sorted), and the catch-up
-# cursor's length and bytes.
-_VIEW = struct.Struct(">BqBB")
+# pending; bits 2 and 3: the private channels, the catch-up set, are stored: a 16-byte digest
+# stands for them), the listing version the view was computed under, the numbers of private
+# channels and of catch-up channels carried inline, when the stored sets were last refreshed;
+# then those channels (16 bytes each, sorted) or digests, and the catch-up cursor's length and
+# bytes.
+_VIEW = struct.Struct(">BqBBq")
 _CARRIES_PRIVATE = 1
 _CATCHUP_PENDING = 2
+_PRIVATE_STORED = 4
+_CATCHUP_STORED = 8
+_FLAGS = _CARRIES_PRIVATE | _CATCHUP_PENDING | _PRIVATE_STORED | _CATCHUP_STORED
 # Bounds on the sets a token carries: the largest token stays under 1,000 characters.
 MAX_PRIVATE_CHANNELS = 20
 MAX_CATCHUP_CHANNELS = 12
@@ -118,6 +123,11 @@ class ProgressToken:
     catchup: frozenset[bytes] = frozenset()
     catchup_pending: bool = False
     catchup_cursor: bytes = b""
+    # The digests of the stored sets standing for the private channels and for the catch-up set
+    # (b"": carried inline), and when their rows were last refreshed.
+    private_ref: bytes = b""
+    catchup_ref: bytes = b""
+    stored_at: datetime = _EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,9 +258,7 @@ def _unpack(plain: bytes) -> ProgressToken:
         cursor_key = plain[_FIELDS.size : _FIELDS.size + key_length]
         if len(cursor_key) != key_length:
             raise InvalidProgress("malformed token")
-        listing, view_private, catchup, catchup_pending, catchup_cursor = _unpack_view(
-            plain[_FIELDS.size + key_length :]
-        )
+        view = _unpack_view(plain[_FIELDS.size + key_length :])
         return ProgressToken(
             phase=Phase(phase),
             epoch=epoch,
@@ -263,11 +271,14 @@ def _unpack(plain: bytes) -> ProgressToken:
             view_t=_moment(view_t),
             view_fingerprint=fingerprint,
             issued_at=_moment(issued_at),
-            listing_version=listing,
-            view_private=view_private,
-            catchup=catchup,
-            catchup_pending=catchup_pending,
-            catchup_cursor=catchup_cursor,
+            listing_version=view.listing,
+            view_private=view.private,
+            catchup=view.catchup,
+            catchup_pending=view.pending,
+            catchup_cursor=view.cursor,
+            private_ref=view.private_ref,
+            catchup_ref=view.catchup_ref,
+            stored_at=view.stored_at,
         )
     except (struct.error, ValueError, OverflowError) as exc:
         # Authentic but unreadable can only be a bug of ours; the client still gets a 400.
@@ -287,48 +298,83 @@ def _pack_view(token: ProgressToken) -> bytes:
         raise ValueError("channel ids are 16 bytes")
     if len(token.catchup_cursor) not in _CATCHUP_CURSOR_LENGTHS:
         raise ValueError("bad catch-up cursor")
-    flags = (_CARRIES_PRIVATE if private is not None else 0) | (
-        _CATCHUP_PENDING if token.catchup_pending else 0)
+    for ref, inline in ((token.private_ref, private), (token.catchup_ref, catchup)):
+        if ref and (len(ref) != _CHANNEL_BYTES or inline):
+            raise ValueError("a stored set is named by its 16-byte digest alone")
+    if token.private_ref and private is None:
+        raise ValueError("stored private channels are carried")
+    flags = (
+        (_CARRIES_PRIVATE if private is not None else 0)
+        | (_CATCHUP_PENDING if token.catchup_pending else 0)
+        | (_PRIVATE_STORED if token.private_ref else 0)
+        | (_CATCHUP_STORED if token.catchup_ref else 0)
+    )
     return (
-        _VIEW.pack(flags, token.listing_version, len(private or ()), len(catchup))
-        + b"".join(private or ()) + b"".join(catchup)
+        _VIEW.pack(flags, token.listing_version, len(private or ()), len(catchup),
+                   _micros(token.stored_at))
+        + token.private_ref + b"".join(private or ())
+        + token.catchup_ref + b"".join(catchup)
         + bytes([len(token.catchup_cursor)]) + token.catchup_cursor
     )
 
 
-# The view part as read: listing version, private channels (None: not carried), C, whether
-# the catch-up is pending, its cursor.
-_ViewPart = tuple[int, tuple[bytes, ...] | None, frozenset[bytes], bool, bytes]
+@dataclass(frozen=True, slots=True)
+class _ViewPart:
+    listing: int
+    private: tuple[bytes, ...] | None
+    catchup: frozenset[bytes]
+    pending: bool
+    cursor: bytes
+    private_ref: bytes
+    catchup_ref: bytes
+    stored_at: datetime
 
 
 def _unpack_view(rest: bytes) -> _ViewPart:
-    flags, listing, n_private, n_catchup = _VIEW.unpack_from(rest)
+    flags, listing, n_private, n_catchup, stored_at = _VIEW.unpack_from(rest)
+    private_ref_bytes = _CHANNEL_BYTES if flags & _PRIVATE_STORED else 0
+    catchup_ref_bytes = _CHANNEL_BYTES if flags & _CATCHUP_STORED else 0
     if (
-        flags & ~(_CARRIES_PRIVATE | _CATCHUP_PENDING)
+        flags & ~_FLAGS
         or n_private > MAX_PRIVATE_CHANNELS
         or n_catchup > MAX_CATCHUP_CHANNELS
         or (n_private and not flags & _CARRIES_PRIVATE)
+        or (private_ref_bytes and (n_private or not flags & _CARRIES_PRIVATE))
+        or (catchup_ref_bytes and n_catchup)
     ):
         raise InvalidProgress("malformed token")
     at = _VIEW.size
-    ids = [rest[at + i * _CHANNEL_BYTES : at + (i + 1) * _CHANNEL_BYTES]
-           for i in range(n_private + n_catchup)]
-    at += (n_private + n_catchup) * _CHANNEL_BYTES
-    private, catchup = ids[:n_private], ids[n_private:]
+    private_ref = rest[at : at + private_ref_bytes]
+    at += private_ref_bytes
+    private = _ids(rest, at, n_private)
+    at += n_private * _CHANNEL_BYTES
+    catchup_ref = rest[at : at + catchup_ref_bytes]
+    at += catchup_ref_bytes
+    catchup = _ids(rest, at, n_catchup)
+    at += n_catchup * _CHANNEL_BYTES
     cursor_length = rest[at] if at < len(rest) else -1
     cursor = rest[at + 1 :]
     if (
-        any(len(channel) != _CHANNEL_BYTES for channel in ids)
+        any(len(channel) != _CHANNEL_BYTES for channel in (*private, *catchup))
+        or len(private_ref) != private_ref_bytes
+        or len(catchup_ref) != catchup_ref_bytes
         or len(cursor) != cursor_length
         or cursor_length not in _CATCHUP_CURSOR_LENGTHS
         or private != sorted(set(private))
         or catchup != sorted(set(catchup))
     ):
         raise InvalidProgress("malformed token")
-    return (
-        listing,
-        tuple(private) if flags & _CARRIES_PRIVATE else None,
-        frozenset(catchup),
-        bool(flags & _CATCHUP_PENDING),
-        cursor,
+    return _ViewPart(
+        listing=listing,
+        private=tuple(private) if flags & _CARRIES_PRIVATE else None,
+        catchup=frozenset(catchup),
+        pending=bool(flags & _CATCHUP_PENDING),
+        cursor=cursor,
+        private_ref=private_ref,
+        catchup_ref=catchup_ref,
+        stored_at=_moment(stored_at),
     )
+
+
+def _ids(raw: bytes, at: int, count: int) -> list[bytes]:
+    return [raw[at + i * _CHANNEL_BYTES : at + (i + 1) * _CHANNEL_BYTES] for i in range(count)]

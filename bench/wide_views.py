@@ -146,13 +146,14 @@ class Wide:
         """A finished round's token as of now: the first page of a full round, sealed as if the
         round were done (its heads are two days old: the continuation's range holds none)."""
         from artifacts.selectors.rounds import prepare_round
-        from artifacts.tokens import Phase, decode_progress, encode_progress
+        from artifacts.tokens import Phase, ProgressToken, decode_progress, encode_progress
 
         first = self.page(None, reader)
         request = prepare_round(community_id=self.community_id, reader=reader,
                                 query=self.query(first.progress))
         token = decode_progress(first.progress, binding=request.binding)
-        done = replace(token, phase=Phase.DONE, cursor_key=b"")  # type: ignore[arg-type]
+        assert isinstance(token, ProgressToken)
+        done = replace(token, phase=Phase.DONE, cursor_key=b"")
         return encode_progress(done, binding=request.binding)
 
     def round(self, progress: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connections, transaction
 from django.db.backends.utils import CursorWrapper
 
 from artifacts.selectors.budget import execute_prepared, read_transaction
@@ -49,14 +50,20 @@ from artifacts.selectors.view import (
     ViewProbe,
     derive_statement,
     derive_view,
+    load_sets_statement,
+    pack_channels,
     private_from_row,
     private_statement,
     probe_from_row,
+    set_digest,
+    store_sets_statement,
     summary_digest,
+    unpack_channels,
     view_unchanged,
 )
 from artifacts.tokens import (
     MAX_CATCHUP_CHANNELS,
+    MAX_PRIVATE_CHANNELS,
     Phase,
     ProgressToken,
     RetiredToken,
@@ -82,8 +89,10 @@ _FIRST_STATEMENT = (
     " EXISTS (SELECT 1 FROM artifact_revisions r WHERE r.community_id = co.id"
     "         AND r.source_channel_id IS NOT NULL"
     "         AND r.modified_at >= %(pending_low)s AND r.modified_at < %(pending_t)s),"
-    # The listing change log (migration 0081): without it, views are not recovered.
-    " to_regclass('artifact_listing_changes') IS NOT NULL"
+    # The listing change log and the channel set store (migration 0081): without them, views
+    # (and catch-up sets too large for a token) are not recovered.
+    " to_regclass('artifact_listing_changes') IS NOT NULL,"
+    " to_regclass('artifact_sync_channel_sets') IS NOT NULL"
     f" FROM {PROBE_FROM}"
 )
 
@@ -106,6 +115,9 @@ class Page:
     # Channels that left the reader's view (an incremental view change): the client deletes
     # every item whose stored head's `h` is one of them before applying the page.
     removed_channels: list[str] = field(default_factory=list)
+    # What the driver must run, in a transaction of its own after the page's, before handing
+    # out `progress`: the store of the channel sets the token names by digest (None: nothing).
+    store: Statement | None = None
 
 
 @dataclass(slots=True)
@@ -196,7 +208,11 @@ def read_page(
             token_max_age=token_max_age,
             scan_budget=scan_budget,
         )
-        return run_steps(cursor, steps)
+        page = run_steps(cursor, steps)
+    if page.store is not None:
+        with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+            execute_prepared(cursor, *page.store)
+    return page
 
 
 def run_steps(cursor: CursorWrapper, steps: PageSteps) -> Page:
@@ -250,7 +266,7 @@ def page_steps(
     if not first:
         raise CommunityGone(request.community_id)
     (now, epoch, enabled, allowed_types, listing, members, latest_member, heads_pending,
-     moves_pending, has_log) = first[0]
+     moves_pending, has_log, has_store) = first[0]
     state = _PageState(
         now=now,
         epoch=epoch,
@@ -259,7 +275,13 @@ def page_steps(
         fence=fence,
         summary=summary_digest(enabled, allowed_types, query.values("type")),
         has_log=has_log,
+        has_store=has_store,
     )
+    loaded: frozenset[bytes] = frozenset()
+    if isinstance(request.decoded, ProgressToken):
+        expanded, loaded, complete = yield from _load_sets(request, request.decoded, state)
+        request = replace(request, decoded=expanded)
+        state = replace(state, sets_complete=complete)
     reset_reason, token, lost = yield from _resume(
         request, state, ready=ready, overlap=overlap, token_max_age=token_max_age
     )
@@ -309,7 +331,7 @@ def page_steps(
     if catchup.pending and not walk.full():
         yield from _catch_up(walk, catchup, params)
 
-    next_token = replace(
+    next_token, store = _seal(replace(
         token,
         phase=walk.phase,
         epoch=epoch,
@@ -319,7 +341,7 @@ def page_steps(
         issued_at=now,
         catchup_pending=catchup.pending,
         catchup_cursor=catchup.cursor if catchup.pending else b"",
-    )
+    ), request.community_id, state, loaded=loaded, token_max_age=token_max_age)
     return Page(
         events=walk.events,
         removed=walk.removed,
@@ -330,6 +352,7 @@ def page_steps(
         full_round=token.watermark == _ORIGIN,
         fence_lag=now - token.round_t,
         removed_channels=[str(uuid.UUID(bytes=channel)) for channel in lost],
+        store=store,
     )
 
 
@@ -349,8 +372,11 @@ class _PageState:
     fence: datetime
     # The digest of the view's summary (enablement, allowed types within the filter).
     summary: bytes
-    # The listing change log exists (migration 0081).
+    # The listing change log and the channel set store exist (migration 0081).
     has_log: bool
+    has_store: bool
+    # Every stored set the token names was found.
+    sets_complete: bool = True
 
 
 def _resume(
@@ -375,6 +401,8 @@ def _resume(
     if not ready and decoded.phase is not Phase.FULL:
         # A full round under way stays correct; a continuation needs a ready deployment.
         return "not_ready", None, []
+    if not state.sets_complete:
+        return "view", None, []  # the round's catch-up set cannot be recovered
     if _finished(decoded) and (decoded.catchup or decoded.catchup_pending
                                or decoded.catchup_cursor):
         # A new round's catch-up starts empty.
@@ -404,8 +432,8 @@ def _resume(
         return "view", None, []
     # An incremental view change (PROTOCOL.md section 5): L = lost, A = gained.
     catchup = (decoded.catchup - set(lost)) | set(gained)
-    if len(catchup) > MAX_CATCHUP_CHANNELS:
-        return "view", None, []  # more than a token carries: a reset (always correct)
+    if len(catchup) > MAX_CATCHUP_CHANNELS and not state.has_store:
+        return "view", None, []  # more than a token carries, and nowhere to store it
     return None, replace(
         checked,
         catchup=frozenset(catchup),
@@ -431,6 +459,65 @@ def _derive(
     )
     return derive_view(rows, private=token.view_private,
                        versions=state.probe.listing - token.listing_version)
+
+
+def _load_sets(
+    request: RoundRequest, token: ProgressToken, state: _PageState
+) -> Generator[Statement, Rows, tuple[ProgressToken, frozenset[bytes], bool]]:
+    """The token with the stored sets it names read back in (`artifact_sync_channel_sets`),
+    the digests found, and whether the catch-up set was found (a private set not found is
+    taken as not carried: a change that needs it resets)."""
+    digests = [ref for ref in (token.private_ref, token.catchup_ref) if ref]
+    if not digests:
+        return token, frozenset(), True
+    found: dict[bytes, bytes] = {}
+    if state.has_store:
+        rows = yield load_sets_statement(request.community_id, digests)
+        found = {bytes(digest): bytes(packed) for digest, packed in rows}
+    if token.private_ref:
+        packed = found.get(token.private_ref)
+        token = replace(token, private_ref=b"",
+                        view_private=None if packed is None else unpack_channels(packed))
+    complete = True
+    if token.catchup_ref:
+        packed = found.get(token.catchup_ref)
+        complete = packed is not None
+        token = replace(token, catchup_ref=b"",
+                        catchup=frozenset(unpack_channels(packed or b"")))
+    return token, frozenset(found), complete
+
+
+def _seal(
+    token: ProgressToken,
+    community_id: int,
+    state: _PageState,
+    *,
+    loaded: frozenset[bytes],
+    token_max_age: timedelta,
+) -> tuple[ProgressToken, Statement | None]:
+    """The token as it is sealed: a set larger than a token carries inline is named by its
+    digest, and the statement that stores it (or refreshes its row, once older than half the
+    longest a token lives) when that is needed, else None."""
+    stash: dict[bytes, bytes] = {}
+    private = token.view_private
+    if private is not None and len(private) > MAX_PRIVATE_CHANNELS:
+        if state.has_store:
+            packed = pack_channels(private)
+            stash[set_digest(packed)] = packed
+            token = replace(token, view_private=(), private_ref=set_digest(packed))
+        else:
+            token = replace(token, view_private=None)
+    if len(token.catchup) > MAX_CATCHUP_CHANNELS:
+        packed = pack_channels(token.catchup)  # _resume checked that the store exists
+        stash[set_digest(packed)] = packed
+        token = replace(token, catchup=frozenset(), catchup_ref=set_digest(packed))
+    if not stash:
+        return replace(token, stored_at=_ORIGIN), None
+    if set(stash) <= loaded and state.now - token.stored_at <= token_max_age / 2:
+        return token, None
+    return replace(token, stored_at=state.now), store_sets_statement(
+        community_id, list(stash.items()),
+        token_max_age=int(token_max_age.total_seconds()))
 
 
 def _private(request: RoundRequest) -> Generator[Statement, Rows, tuple[bytes, ...] | None]:

@@ -29,7 +29,11 @@ member now); in V_page when readable now. So the page costs the channels that ch
 channel list. V cannot be recovered (the page then resets, which is always correct) when a
 version after v0 has no log row (a writer that does not log it, or collected rows: tokens older
 than ARTIFACT_SYNC_TOKEN_MAX_AGE reset anyway), the log table is missing, or a private channel
-whose membership changed needs a Pi the token did not carry (more than MAX_PRIVATE_CHANNELS).
+whose membership changed needs a Pi that cannot be read (its stored set is missing).
+
+A Pi or catch-up set larger than a token carries inline is stored in `artifact_sync_channel_sets`
+by its digest (content-addressed: equal sets share a row), written after the page's read-only
+transaction (`store_sets_statement`, run by the page's driver before it hands out the token).
 """
 
 from __future__ import annotations
@@ -41,8 +45,6 @@ from typing import Any
 
 import orjson
 from django.db.backends.utils import CursorWrapper
-
-from artifacts.tokens import MAX_PRIVATE_CHANNELS
 
 DIGEST_BYTES = 16
 
@@ -105,17 +107,15 @@ def private_statement(
     *, community_id: int, reader: str, channels: tuple[str, ...] | None
 ) -> tuple[str, dict[str, Any]]:
     """Pi: the private, undeleted channels P is an active member of, within the filter's `#h`;
-    one row (how many, and the first MAX_PRIVATE_CHANNELS + 1 ids in order). P's memberships on
-    channel_members_sync, each channel by its key: the reader's memberships, never the
-    community's channels."""
-    params: dict[str, Any] = {"community": community_id, "reader": reader,
-                              "first": MAX_PRIVATE_CHANNELS + 1}
+    one row (their ids in order). P's memberships on channel_members_sync, each channel by its
+    key: the reader's memberships, never the community's channels."""
+    params: dict[str, Any] = {"community": community_id, "reader": reader}
     narrowed = ""
     if channels is not None:
         params["filter_h"] = list(channels)
         narrowed = " AND ch.channel_id = ANY(%(filter_h)s::uuid[])"
     sql = f"""
-        SELECT count(*), (array_agg(p.channel_id ORDER BY p.channel_id))[1:%(first)s]
+        SELECT array_agg(p.channel_id ORDER BY p.channel_id)
           FROM (SELECT ch.channel_id FROM channel_members m
                   JOIN channels ch
                     ON ch.community_id = m.community_id AND ch.channel_id = m.channel_id
@@ -125,12 +125,9 @@ def private_statement(
     return sql, params
 
 
-def private_from_row(row: tuple[Any, ...]) -> tuple[bytes, ...] | None:
-    """Pi as a token carries it (None: more than MAX_PRIVATE_CHANNELS)."""
-    count, ids = row
-    if count > MAX_PRIVATE_CHANNELS:
-        return None
-    return tuple(channel.bytes for channel in ids or ())
+def private_from_row(row: tuple[Any, ...]) -> tuple[bytes, ...]:
+    """Pi (sorted 16-byte ids)."""
+    return tuple(channel.bytes for channel in row[0] or ())
 
 
 # How a channel is readable, as `artifact_listing_changes.readable_before` says it.
@@ -239,8 +236,62 @@ def derive_view(
         page_private.discard(channel)
         if now == MEMBERS and member:
             page_private.add(channel)
-    carried = (
-        tuple(sorted(page_private))
-        if private is not None and len(page_private) <= MAX_PRIVATE_CHANNELS else None
-    )
+    carried = tuple(sorted(page_private)) if private is not None else None
     return ViewChange(True, sorted(lost), sorted(gained), carried)
+
+
+# --- Channel sets too large for a token (artifact_sync_channel_sets) ---------------------------
+
+
+def pack_channels(channels: frozenset[bytes] | tuple[bytes, ...]) -> bytes:
+    return b"".join(sorted(channels))
+
+
+def unpack_channels(packed: bytes) -> tuple[bytes, ...]:
+    return tuple(packed[i : i + 16] for i in range(0, len(packed), 16))
+
+
+def set_digest(packed: bytes) -> bytes:
+    """The key of a stored set: content-addressed, so equal sets share one row."""
+    return hashlib.sha256(b"buzz channel set\0" + packed).digest()[:DIGEST_BYTES]
+
+
+def load_sets_statement(community_id: int, digests: list[bytes]) -> tuple[str, dict[str, Any]]:
+    """The stored sets named by a token (by the unique (community_id, digest) index)."""
+    return (
+        "SELECT digest, channels FROM artifact_sync_channel_sets"
+        " WHERE community_id = %(community)s AND digest = ANY(%(digests)s::bytea[])",
+        {"community": community_id, "digests": digests},
+    )
+
+
+# Rows a store collects at most: each page that stores sets takes the oldest few untouched for
+# twice the longest a token lives, so the table needs no periodic job.
+COLLECT_BATCH = 16
+_STORE_SQL = """
+WITH collected AS (
+    DELETE FROM artifact_sync_channel_sets WHERE id IN (
+        SELECT id FROM artifact_sync_channel_sets
+         WHERE touched_at < now() - make_interval(secs => %(keep)s)
+           AND NOT (community_id = %(community)s AND digest = ANY(%(digests)s::bytea[]))
+         ORDER BY touched_at LIMIT %(collect)s))
+INSERT INTO artifact_sync_channel_sets (community_id, digest, channels, touched_at)
+SELECT %(community)s, d, c, now() FROM unnest(%(digests)s::bytea[], %(sets)s::bytea[]) s(d, c)
+    ON CONFLICT (community_id, digest) DO UPDATE SET touched_at = now()"""
+
+
+def store_sets_statement(
+    community_id: int, stash: list[tuple[bytes, bytes]], *, token_max_age: int
+) -> tuple[str, dict[str, Any]]:
+    """Store (or refresh) the sets a page's token names, in a transaction of its own after the
+    page's read transaction (a page reads in a read-only snapshot), before the token is handed
+    out; and collect up to COLLECT_BATCH rows no live token can name: a page refreshes the rows
+    its token names once they are older than half ARTIFACT_SYNC_TOKEN_MAX_AGE, and a token
+    older than that resets, so rows untouched for twice as long are unreachable."""
+    return _STORE_SQL, {
+        "community": community_id,
+        "digests": [digest for digest, _ in stash],
+        "sets": [packed for _, packed in stash],
+        "keep": 2 * token_max_age,
+        "collect": COLLECT_BATCH,
+    }
