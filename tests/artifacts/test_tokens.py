@@ -163,6 +163,14 @@ def test_the_largest_token_stays_under_a_kilobyte() -> None:
     assert len(text) < 1000
 
 
+def test_stored_sets_are_named_by_their_digest() -> None:
+    stored = replace(TOKEN, view_private=(), private_ref=b"p" * 16, catchup_ref=b"c" * 16,
+                     catchup_pending=True, stored_at=NOW)
+    text = encode_progress(stored, binding=BINDING, secret=KEY)
+    assert decode(text) == stored
+    assert len(text) < 300
+
+
 def test_a_token_of_the_previous_version_is_retired() -> None:
     """Version 1 carried V itself; its tokens start over."""
     text = encode_progress(TOKEN, binding=BINDING, secret=KEY, version=1)
@@ -176,6 +184,10 @@ def test_a_token_of_the_previous_version_is_retired() -> None:
     {"catchup": frozenset(i.to_bytes(16, "big") for i in range(MAX_CATCHUP_CHANNELS + 1))},
     {"catchup": frozenset({b"\x02" * 15})},
     {"catchup_cursor": b"\x01" * 5},
+    {"private_ref": b"\x01" * 15},
+    {"view_private": (b"\x01" * 16,), "private_ref": b"\x01" * 16},
+    {"view_private": None, "private_ref": b"\x01" * 16},
+    {"catchup": frozenset({b"\x02" * 16}), "catchup_ref": b"\x01" * 16},
 ])
 def test_an_inconsistent_view_part_is_never_sealed(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):

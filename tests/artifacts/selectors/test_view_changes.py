@@ -16,13 +16,20 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.db.models import F
+from django.utils import timezone
 
 from artifacts.selectors.filters import parse_filter
 from artifacts.selectors.rounds import Page, prepare_round
 from artifacts.services.communities import community_update_policy
-from artifacts.models import Community, ListingChange
+from artifacts.models import ChannelSet, Community, ListingChange
 from artifacts.services.transactions import LISTING_COLLECT_BATCH
-from artifacts.tokens import ProgressToken, decode_progress, encode_progress
+from artifacts.tokens import (
+    MAX_CATCHUP_CHANNELS,
+    MAX_PRIVATE_CHANNELS,
+    ProgressToken,
+    decode_progress,
+    encode_progress,
+)
 from tests.artifacts.selectors.replica import Replica
 from tests.factories import (
     add_member,
@@ -305,3 +312,76 @@ def make_channels(community: Community, count: int) -> None:
             "INSERT INTO channels (community_id, channel_id, name, visibility, created_by,"
             " created_at) SELECT %s, gen_random_uuid(), 'bulk', 'open', '', now()"
             " FROM generate_series(1, %s)", [community.pk, count])
+
+
+def test_many_private_channels_are_stored_and_changes_stay_incremental(
+    world: dict[str, Any],
+) -> None:
+    """More private channels than a token carries: the set is stored by its digest, shared by
+    equal sets, and a grant or removal among them is still an incremental change."""
+    community, owner, reader = world["community"], world["owner"], world["reader"]
+    many = [make_channel(community, owner=owner, visibility="private", members=[reader])
+            for _ in range(MAX_PRIVATE_CHANNELS + 5)]
+    replica = synced(world)
+    token, _binding = _token(replica)
+    assert token.private_ref and token.view_private == ()
+    assert len(replica.token or "") < 1000
+    assert ChannelSet.objects.filter(community_id=community.pk).count() == 1
+    add_member(community, world["hidden"], reader)
+    write(community, reader, 9001, [["h", many[0]], ["p", reader.pubkey]])
+    pages = next_round(replica)
+    assert not any(page.reset for page in pages)
+    assert [c for page in pages for c in page.removed_channels] == [many[0]]
+    assert set(world["heads"][world["hidden"]]) <= set(replica.items)
+    # A second reader with the same channels names the same stored row.
+    twin = make_key()
+    for h in many[1:] + [world["joined"], world["hidden"]]:
+        add_member(community, h, twin)
+    Replica(community, twin.pubkey, view_changes="incremental").round()
+    assert ChannelSet.objects.filter(community_id=community.pk).count() == 2
+
+
+def test_a_large_catch_up_is_stored_and_delivered(world: dict[str, Any]) -> None:
+    community, owner, reader = world["community"], world["owner"], world["reader"]
+    gained = [make_channel(community, owner=owner, visibility="private")
+              for _ in range(MAX_CATCHUP_CHANNELS + 3)]
+    heads = {d for h in gained for d, _ in [create_artifact(community, owner, h)]}
+    replica = Replica(community, reader.pubkey, view_changes="incremental")
+    first = replica.page(limit=2)  # a full round under way
+    assert first.more
+    for h in gained:
+        add_member(community, h, reader)
+    pages = [first, *next_round(replica, limit=4)]
+    assert sum(page.reset for page in pages) == 1  # the round's first page only
+    assert heads <= set(replica.items)
+    assert ChannelSet.objects.filter(community_id=community.pk).exists()
+
+
+def test_stored_sets_are_refreshed_and_collected_by_age(
+    world: dict[str, Any], settings: Any,
+) -> None:
+    community, owner, reader = world["community"], world["owner"], world["reader"]
+    for _ in range(MAX_PRIVATE_CHANNELS + 1):
+        make_channel(community, owner=owner, visibility="private", members=[reader])
+    replica = synced(world)
+    stored = ChannelSet.objects.filter(community_id=community.pk)
+    settings.ARTIFACT_SYNC_TOKEN_MAX_AGE = 3600
+    # Older than half a token's life: the next page refreshes the row its token names.
+    stored.update(touched_at=F("touched_at") - timedelta(hours=1))
+    token, binding = _token(replica)
+    replica.token = encode_progress(
+        replace(token, stored_at=token.stored_at - timedelta(hours=1)), binding=binding)
+    replica.round()
+    assert stored.get().touched_at > timezone.now() - timedelta(minutes=5)
+    # Untouched for twice a token's life: collected by the next page that stores a set.
+    stored.update(touched_at=F("touched_at") - timedelta(hours=3))
+    other = make_key()
+    for _ in range(MAX_PRIVATE_CHANNELS + 1):
+        make_channel(community, owner=owner, visibility="private", members=[other])
+    Replica(community, other.pubkey, view_changes="incremental").round()
+    assert stored.count() == 1 and stored.get().touched_at > timezone.now() - timedelta(minutes=5)
+    # The reader's token names a collected set: a change that needs it resets (one that does
+    # not is applied, and the page stores the set again: tested above with a token that does
+    # not carry it).
+    add_member(community, world["hidden"], reader)
+    assert next_round(replica)[0].reset
