@@ -13,9 +13,11 @@ old, outside the overlap):
   long the first page took (it applies the view change);
 - a grant of the reader into a new private channel with K artifacts: the same;
 - that channel deleted: rows sent and `removed_channels` (target: its own removals);
+- the page after one channel creation, p50 interleaved across W (target: about the channels
+  that changed, so flat in W), beside the old recomputation of the reader's readable channels;
 - 1,000 channel creations (`--creations`) then one page each for `--readers` readers (default
-  10,000): what the view changes store (the listing change log: rows and bytes; readers write
-  nothing), the readers' resets, and the largest token.
+  10,000): what the view changes store (the listing change log, and the channel set store:
+  rows and bytes), the readers' resets, and the largest token.
 
     .venv/bin/python bench/wide_views.py                        # W = 10, 1k, 10k; N = 100k
     .venv/bin/python bench/wide_views.py --n 20000 --readers 1000
@@ -177,6 +179,50 @@ class Wide:
                         "token": progress, "token_chars": len(progress)}
 
 
+def age_recent_changes(community_id: int) -> None:
+    """Send the community's recent stamps two days back, out of any round's overlap: each
+    figure then counts its own change, not the overlap's re-reads of the previous one."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for table in ("artifact_heads", "artifact_revisions"):
+            cursor.execute(
+                f"UPDATE {table} SET modified_at = now() - interval '2 days'"
+                " WHERE community_id = %s AND modified_at > now() - interval '1 day'",
+                [community_id])
+
+
+def view_change_pages(wides: list[Wide], runs: int) -> dict[int, dict[str, float]]:
+    """The page after one channel creation (a view change applied from the listing log), p50
+    interleaved across W; beside it, what recomputing the reader's readable channels (what
+    every reader's next page did before) costs at that W."""
+    from django.db import connection
+
+    from artifacts.selectors.readability import readable_channels
+    from artifacts.services.channels import channel_create
+
+    old = f"""SELECT count(*), sha256(convert_to(coalesce(string_agg(r.channel_id::text, ','
+              ORDER BY r.channel_id), ''), 'UTF8')) FROM ({readable_channels()}) r"""
+    times: dict[int, list[float]] = {wide.width: [] for wide in wides}
+    recompute: dict[int, list[float]] = {wide.width: [] for wide in wides}
+    for _ in range(runs):
+        for wide in wides:
+            token = wide.finished_token(wide.reader)
+            channel_create(community_id=wide.community_id, channel_id=uuid.uuid4(),
+                           name="one more", created_by=wide.owner)
+            started = time.perf_counter()
+            page = wide.page(token)
+            times[wide.width].append((time.perf_counter() - started) * 1000)
+            assert not page.reset
+            with connection.cursor() as cursor:
+                started = time.perf_counter()
+                cursor.execute(old, {"community": wide.community_id, "reader": wide.reader})
+                cursor.fetchall()
+                recompute[wide.width].append((time.perf_counter() - started) * 1000)
+    return {w: {"page_p50_ms": round(statistics.median(times[w]), 3),
+                "recompute_p50_ms": round(statistics.median(recompute[w]), 3)} for w in times}
+
+
 def quiet_rounds(wides: list[Wide], runs: int) -> dict[int, float]:
     """p50 of a quiet continuation round (from the same finished token), interleaved."""
     times: dict[int, list[float]] = {wide.width: [] for wide in wides}
@@ -196,6 +242,7 @@ def view_changes(wide: Wide, k: int) -> list[list[Any]]:
 
     rows = []
     community = wide.community_id
+    age_recent_changes(community)
     fresh = uuid.uuid4()
     channel_create(community_id=community, channel_id=fresh, name="fresh", created_by=wide.owner)
     add_artifacts(community, fresh, k)
@@ -207,11 +254,13 @@ def view_changes(wide: Wide, k: int) -> list[list[Any]]:
                    visibility="private", created_by=wide.owner)
     add_artifacts(community, private, k)
     before = wide.round(result["token"])  # the reader cannot read it: nothing to send
+    age_recent_changes(community)
     member_put(community_id=community, channel_id=private, pubkey=wide.reader, role="member")
     result = wide.round(before["token"])
     rows.append([wide.width, "grant into private channel", k, result["rows"],
                  2 * k + wide.limit, result["resets"], result["removed_channels"],
                  result["first_page_ms"]])
+    age_recent_changes(community)
     channel_delete(community_id=community, channel_id=private)
     result = wide.round(result["token"])
     rows.append([wide.width, "deleted (its K removals)", k, result["rows"], k,
@@ -223,8 +272,6 @@ def view_changes(wide: Wide, k: int) -> list[list[Any]]:
 
 def many_readers(wide: Wide, readers: int, creations: int) -> dict[str, Any]:
     """`readers` readers with finished rounds; `creations` channels created; one page each."""
-    from django.db import connection
-
     from artifacts.services.channels import channel_create
 
     tokens = {}
@@ -233,20 +280,16 @@ def many_readers(wide: Wide, readers: int, creations: int) -> dict[str, Any]:
         reader = f"{i:064x}"
         tokens[reader] = wide.finished_token(reader)
     made = time.perf_counter() - started
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*), pg_total_relation_size('artifact_listing_changes')"
-                       " FROM artifact_listing_changes")
-        rows_before, bytes_before = cursor.fetchone()
+    rows_before, bytes_before = _table("artifact_listing_changes")
+    sets_before, _ = _table("artifact_sync_channel_sets")
     for i in range(creations):
         channel_create(community_id=wide.community_id, channel_id=uuid.uuid4(), name=f"c{i}",
                        created_by=wide.owner)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*), pg_total_relation_size('artifact_listing_changes')"
-                       " FROM artifact_listing_changes")
-        rows_after, bytes_after = cursor.fetchone()
+    rows_after, bytes_after = _table("artifact_listing_changes")
     resets = longest = 0
     reasons: dict[str | None, int] = {}
     times = []
+    age_recent_changes(wide.community_id)
     for reader, token in tokens.items():
         t0 = time.perf_counter()
         page = wide.page(token, reader)
@@ -257,10 +300,32 @@ def many_readers(wide: Wide, readers: int, creations: int) -> dict[str, Any]:
     return {
         "readers": readers, "creations": creations, "tokens_s": round(made, 1),
         "log_rows": rows_after - rows_before, "log_bytes_all_communities": bytes_after,
-        "log_bytes_added": bytes_after - bytes_before, "resets": resets,
+        "log_bytes_added": bytes_after - bytes_before,
+        "set_rows_added": _table("artifact_sync_channel_sets")[0] - sets_before,
+        "set_bytes_all": _table("artifact_sync_channel_sets")[1],
+        "set_data_bytes": _set_bytes(wide.community_id), "resets": resets,
         "reset_reasons": reasons,
         "page_p50_ms": round(statistics.median(times), 2), "longest_token": longest,
     }
+
+
+def _table(name: str) -> tuple[int, int]:
+    """(rows, bytes with indexes and TOAST) of a table."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*), pg_total_relation_size('{name}') FROM {name}")
+        rows, size = cursor.fetchone()
+    return rows, size
+
+
+def _set_bytes(community_id: int) -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT coalesce(sum(length(channels)), 0) FROM artifact_sync_channel_sets"
+                       " WHERE community_id = %s", [community_id])
+        return int(cursor.fetchone()[0])
 
 
 def main() -> int:
@@ -285,6 +350,13 @@ def main() -> int:
         print("\nquiet continuation round, p50 ms (interleaved, same run)")
         print_table(["W", "p50 ms", "vs smallest W"],
                     [[w, ms, f"{ms / quiet[args.widths[0]]:.2f}x"] for w, ms in quiet.items()])
+        changed = view_change_pages(wides, max(5, args.runs // 3))
+        print("\nthe page after one channel creation (view change applied), p50 ms, interleaved;"
+              " beside it the old recomputation of the reader's channels")
+        smallest = changed[args.widths[0]]["page_p50_ms"]
+        print_table(["W", "page p50 ms", "vs smallest W", "old recompute p50 ms"],
+                    [[w, f["page_p50_ms"], f"{f['page_p50_ms'] / smallest:.2f}x",
+                      f["recompute_p50_ms"]] for w, f in changed.items()])
         table = []
         for wide in wides[1:] or wides:
             table += view_changes(wide, args.k)
