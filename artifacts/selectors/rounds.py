@@ -12,11 +12,13 @@ A page, in order:
    the request did not opt in to receive incrementally, or whose enablement or types changed);
    a retired key or an older token version reset too, decided in step 1. A view change applied
    incrementally names the channels lost (`removed_channels`) and adds those gained to the
-   round's catch-up;
+   round's catch-up; the view is recovered from the token's reference, for the channels that
+   changed only (artifacts.selectors.view);
 5. walks the round's own phases (FULL, or HEADS then MOVES), then its catch-up (the heads of the
    channels gained, `_catch_up`), each in bounded steps, until the page holds `limit` entries,
    about 1 MiB of events, or the scan budget is spent;
-6. seals the next token.
+6. seals the next token; a channel set too large for it is named by digest, and the driver
+   stores it after the page's transaction (`Page.store`), before handing the token out.
 
 A round's T is fixed by its first page and carried in the token; the T read in step 2 is used by
 a page that starts a round (or resets), and as the new view fence when the view is recomputed.

@@ -6,6 +6,9 @@ Changes to the channel listing (visibility, deletion, restore, archive, unarchiv
 community's row lock, taken first (lock order: community, channel, members). Creation
 increments `listing_version` without stamping: it changes which channels exist, so a cached
 "nothing changed since the token" must not survive it, but no artifact can be affected yet.
+Each increment also logs the channel and how it was readable before the change
+(`artifact_listing_changes`, `transactions.bump_listing_statement`): rounds derive readers' view
+changes from it instead of listing their channels.
 """
 
 from __future__ import annotations
