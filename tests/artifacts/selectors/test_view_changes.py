@@ -18,10 +18,10 @@ from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 
+from artifacts.models import ChannelSet, Community, ListingChange
 from artifacts.selectors.filters import parse_filter
 from artifacts.selectors.rounds import Page, prepare_round
 from artifacts.services.communities import community_update_policy
-from artifacts.models import ChannelSet, Community, ListingChange
 from artifacts.services.transactions import LISTING_COLLECT_BATCH
 from artifacts.tokens import (
     MAX_CATCHUP_CHANNELS,
@@ -333,9 +333,9 @@ def test_many_private_channels_are_stored_and_changes_stay_incremental(
     assert not any(page.reset for page in pages)
     assert [c for page in pages for c in page.removed_channels] == [many[0]]
     assert set(world["heads"][world["hidden"]]) <= set(replica.items)
-    # A second reader with the same channels names the same stored row.
+    # A second reader with the same channels names the same stored row (else there were 3).
     twin = make_key()
-    for h in many[1:] + [world["joined"], world["hidden"]]:
+    for h in [*many[1:], world["joined"], world["hidden"]]:
         add_member(community, h, twin)
     Replica(community, twin.pubkey, view_changes="incremental").round()
     assert ChannelSet.objects.filter(community_id=community.pk).count() == 2
