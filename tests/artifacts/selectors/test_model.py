@@ -38,7 +38,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from artifacts.models import ArtifactHead
+from artifacts.models import ArtifactHead, ChannelSet
 from artifacts.services.channels import channel_archive, channel_restore, channel_unarchive
 from artifacts.services.communities import community_update_policy
 from tests.artifacts.selectors.reference import World, load_world
@@ -53,6 +53,10 @@ class SyncModel(RuleBasedStateMachine):
     # round: views below and above any bound a token could carry inline (the writes below land
     # in the other channels, so every view change is one of them).
     WIDE = 0
+    # Private channels of which the member and the flaky reader are members, granted and removed
+    # all at once by a rule of their own: their private channels and the catch-up sets then
+    # exceed what a token carries inline, and are stored by digest.
+    WIDE_PRIVATE = 0
 
     def __init__(self) -> None:
         super().__init__()
@@ -67,6 +71,11 @@ class SyncModel(RuleBasedStateMachine):
                     "INSERT INTO channels (community_id, channel_id, name, visibility,"
                     " created_by, created_at) SELECT %s, gen_random_uuid(), 'wide', 'open', '',"
                     " now() FROM generate_series(1, %s)", [self.community.pk, self.WIDE])
+        self.wide_private = [
+            make_channel(self.community, owner=self.owner, visibility="private",
+                         members=[self.member, self.flaky])
+            for _ in range(self.WIDE_PRIVATE)
+        ]
         self.channels = [
             make_channel(self.community, owner=self.owner),
             make_channel(self.community, owner=self.owner),
@@ -193,6 +202,16 @@ class SyncModel(RuleBasedStateMachine):
         write(self.community, self.owner, kind, [["h", h], ["p", who.pubkey]], expect=None)
         self.wrote()
 
+    @rule(reader=st.integers(0, 50), grant=st.booleans())
+    def bulk_membership(self, reader: int, grant: bool) -> None:
+        if not self.wide_private:
+            return
+        who = self.readers[reader % len(self.readers)]
+        for h in self.wide_private:
+            write(self.community, self.owner, 9000 if grant else 9001,
+                  [["h", h], ["p", who.pubkey]], expect=None)
+        self.wrote()
+
     @rule(channel=st.integers(0, 50), public=st.booleans())
     def visibility(self, channel: int, public: bool) -> None:
         h = self.channels[channel % len(self.channels)]
@@ -281,6 +300,9 @@ class SyncModel(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         print("resets per reader:", self.resets)
+        if self.WIDE_PRIVATE and any(replica.pages for replica in self.replicas.values()):
+            stored = ChannelSet.objects.filter(community_id=self.community.pk).count()
+            print("stored channel sets:", stored)
         for name, replica in self.replicas.items():
             if replica.pages and replica.pages[-1].more:
                 replica.round(limit=3)  # the round under way saw writes: finish it first
@@ -306,6 +328,14 @@ def _run(model: type[SyncModel], examples: int, steps: int) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_incremental_reads_model() -> None:
     _run(SyncModel, 25, 40)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_incremental_reads_model_with_stored_sets() -> None:
+    """25 private channels granted and removed at once: private channels and catch-up sets
+    past the token's inline bounds (stored by digest), with every property unchanged."""
+    _run(type("StoredSetsSyncModel", (SyncModel,), {"WIDE_PRIVATE": 25}), 6, 30)
 
 
 @pytest.mark.slow
