@@ -31,7 +31,7 @@ the page is written once for two drivers: `read_page` runs it on Django's connec
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -48,24 +48,20 @@ from artifacts.selectors.sync_epoch import EPOCH_SQL, database_identity
 from artifacts.selectors.view import (
     PROBE_COLUMNS,
     PROBE_FROM,
-    ViewChange,
+    UNRECOVERABLE,
+    Rows,
+    Statement,
     ViewProbe,
-    derive_statement,
-    derive_view,
-    load_sets_statement,
-    pack_channels,
-    private_from_row,
-    private_statement,
+    derive_change,
+    load_sets,
+    private_channels,
     probe_from_row,
-    set_digest,
-    store_sets_statement,
+    seal_sets,
     summary_digest,
-    unpack_channels,
     view_unchanged,
 )
 from artifacts.tokens import (
     MAX_CATCHUP_CHANNELS,
-    MAX_PRIVATE_CHANNELS,
     Phase,
     ProgressToken,
     RetiredToken,
@@ -175,9 +171,6 @@ def prepare_round(*, community_id: int, reader: str, query: QueryFilter) -> Roun
     return RoundRequest(community_id, reader, query, binding, decoded)
 
 
-# One statement a page needs run in its snapshot (SQL, parameters); the driver sends back its rows.
-Statement = tuple[str, Mapping[str, Any]]
-Rows = list[Any]
 PageSteps = Generator[Statement, Rows, "Page"]
 
 
@@ -281,7 +274,8 @@ def page_steps(
     )
     loaded: frozenset[bytes] = frozenset()
     if isinstance(request.decoded, ProgressToken):
-        expanded, loaded, complete = yield from _load_sets(request, request.decoded, state)
+        expanded, loaded, complete = yield from load_sets(
+            request.decoded, community_id=request.community_id, has_store=has_store)
         request = replace(request, decoded=expanded)
         state = replace(state, sets_complete=complete)
     reset_reason, token, lost = yield from _resume(
@@ -296,7 +290,9 @@ def page_steps(
             view_digest=state.summary, view_t=fence,
             view_fingerprint=state.probe.fingerprint, issued_at=now,
             listing_version=state.probe.listing,
-            view_private=(yield from _private(request)),
+            view_private=(yield from private_channels(
+                community_id=request.community_id, reader=request.reader,
+                channels=query.values("h"))),
         )
     elif continues:
         # A continuation round: W = the previous round's T. A fence below W (a clock step)
@@ -333,7 +329,7 @@ def page_steps(
     if catchup.pending and not walk.full():
         yield from _catch_up(walk, catchup, params)
 
-    next_token, store = _seal(replace(
+    next_token, store = seal_sets(replace(
         token,
         phase=walk.phase,
         epoch=epoch,
@@ -343,7 +339,8 @@ def page_steps(
         issued_at=now,
         catchup_pending=catchup.pending,
         catchup_cursor=catchup.cursor if catchup.pending else b"",
-    ), request.community_id, state, loaded=loaded, token_max_age=token_max_age)
+    ), community_id=request.community_id, now=now, has_store=has_store, loaded=loaded,
+        token_max_age=token_max_age)
     return Page(
         events=walk.events,
         removed=walk.removed,
@@ -418,12 +415,19 @@ def _resume(
         return None, decoded, []
     if state.summary != decoded.view_digest:
         return "view", None, []  # enablement or allowed types differ
-    change = yield from _derive(request, decoded, state, overlap)
+    if state.has_log:
+        change = yield from derive_change(
+            decoded, community_id=request.community_id, reader=request.reader,
+            channels=request.query.values("h"), listing=state.probe.listing, overlap=overlap)
+    else:
+        change = UNRECOVERABLE
     if not change.recoverable:
         return "view", None, []
     private = change.private
     if private is None:
-        private = yield from _private(request)
+        private = yield from private_channels(
+            community_id=request.community_id, reader=request.reader,
+            channels=request.query.values("h"))
     # Checked in this snapshot: any later change carries a stamp >= this page's fence.
     checked = replace(decoded, view_t=state.fence, view_fingerprint=state.probe.fingerprint,
                       listing_version=state.probe.listing, view_private=private)
@@ -443,92 +447,6 @@ def _resume(
         catchup_pending=bool(catchup) and (decoded.catchup_pending or bool(gained)),
         catchup_cursor=b"" if gained else decoded.catchup_cursor,
     ), lost
-
-
-def _derive(
-    request: RoundRequest, token: ProgressToken, state: _PageState, overlap: timedelta
-) -> Generator[Statement, Rows, ViewChange]:
-    """The channels lost and gained since the token's view (artifacts.selectors.view)."""
-    if not state.has_log or state.probe.listing < token.listing_version:
-        return ViewChange(False, [], [], None)
-    rows = yield derive_statement(
-        community_id=request.community_id,
-        reader=request.reader,
-        channels=request.query.values("h"),
-        since_version=token.listing_version,
-        version=state.probe.listing,
-        members_since=token.view_t - overlap,
-    )
-    return derive_view(rows, private=token.view_private,
-                       versions=state.probe.listing - token.listing_version)
-
-
-def _load_sets(
-    request: RoundRequest, token: ProgressToken, state: _PageState
-) -> Generator[Statement, Rows, tuple[ProgressToken, frozenset[bytes], bool]]:
-    """The token with the stored sets it names read back in (`artifact_sync_channel_sets`),
-    the digests found, and whether the catch-up set was found (a private set not found is
-    taken as not carried: a change that needs it resets)."""
-    digests = [ref for ref in (token.private_ref, token.catchup_ref) if ref]
-    if not digests:
-        return token, frozenset(), True
-    found: dict[bytes, bytes] = {}
-    if state.has_store:
-        rows = yield load_sets_statement(request.community_id, digests)
-        found = {bytes(digest): bytes(packed) for digest, packed in rows}
-    if token.private_ref:
-        packed = found.get(token.private_ref)
-        token = replace(token, private_ref=b"",
-                        view_private=None if packed is None else unpack_channels(packed))
-    complete = True
-    if token.catchup_ref:
-        packed = found.get(token.catchup_ref)
-        complete = packed is not None
-        token = replace(token, catchup_ref=b"",
-                        catchup=frozenset(unpack_channels(packed or b"")))
-    return token, frozenset(found), complete
-
-
-def _seal(
-    token: ProgressToken,
-    community_id: int,
-    state: _PageState,
-    *,
-    loaded: frozenset[bytes],
-    token_max_age: timedelta,
-) -> tuple[ProgressToken, Statement | None]:
-    """The token as it is sealed: a set larger than a token carries inline is named by its
-    digest, and the statement that stores it (or refreshes its row, once older than half the
-    longest a token lives) when that is needed, else None."""
-    stash: dict[bytes, bytes] = {}
-    private = token.view_private
-    if private is not None and len(private) > MAX_PRIVATE_CHANNELS:
-        if state.has_store:
-            packed = pack_channels(private)
-            stash[set_digest(packed)] = packed
-            token = replace(token, view_private=(), private_ref=set_digest(packed))
-        else:
-            token = replace(token, view_private=None)
-    if len(token.catchup) > MAX_CATCHUP_CHANNELS:
-        packed = pack_channels(token.catchup)  # _resume checked that the store exists
-        stash[set_digest(packed)] = packed
-        token = replace(token, catchup=frozenset(), catchup_ref=set_digest(packed))
-    if not stash:
-        return replace(token, stored_at=_ORIGIN), None
-    if set(stash) <= loaded and state.now - token.stored_at <= token_max_age / 2:
-        return token, None
-    return replace(token, stored_at=state.now), store_sets_statement(
-        community_id, list(stash.items()),
-        token_max_age=int(token_max_age.total_seconds()))
-
-
-def _private(request: RoundRequest) -> Generator[Statement, Rows, tuple[bytes, ...] | None]:
-    rows = yield private_statement(
-        community_id=request.community_id,
-        reader=request.reader,
-        channels=request.query.values("h"),
-    )
-    return private_from_row(rows[0])
 
 
 @dataclass(slots=True)

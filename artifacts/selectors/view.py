@@ -39,14 +39,23 @@ transaction (`store_sets_statement`, run by the page's driver before it hands ou
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 from django.db.backends.utils import CursorWrapper
 
+from artifacts.tokens import MAX_CATCHUP_CHANNELS, MAX_PRIVATE_CHANNELS, ProgressToken
+
 DIGEST_BYTES = 16
+_ORIGIN = datetime(1970, 1, 1, tzinfo=UTC)
+
+# One statement a page needs run in its snapshot (SQL, parameters); the driver sends back its
+# rows (artifacts.selectors.rounds.page_steps).
+Statement = tuple[str, Mapping[str, Any]]
+Rows = list[Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,3 +304,98 @@ def store_sets_statement(
         "keep": 2 * token_max_age,
         "collect": COLLECT_BATCH,
     }
+
+
+# --- The view's steps in a page (driven by artifacts.selectors.rounds.page_steps) ---------------
+
+
+def private_channels(
+    *, community_id: int, reader: str, channels: tuple[str, ...] | None
+) -> Generator[Statement, Rows, tuple[bytes, ...]]:
+    """Pi, computed from P's memberships (a full round's start, or a token without it)."""
+    rows = yield private_statement(community_id=community_id, reader=reader, channels=channels)
+    return private_from_row(rows[0])
+
+
+def derive_change(
+    token: ProgressToken,
+    *,
+    community_id: int,
+    reader: str,
+    channels: tuple[str, ...] | None,
+    listing: int,
+    overlap: timedelta,
+) -> Generator[Statement, Rows, ViewChange]:
+    """The channels lost and gained since the token's view, in a snapshot at listing version
+    `listing` (the log table exists)."""
+    if listing < token.listing_version:
+        return UNRECOVERABLE
+    rows = yield derive_statement(
+        community_id=community_id,
+        reader=reader,
+        channels=channels,
+        since_version=token.listing_version,
+        version=listing,
+        members_since=token.view_t - overlap,
+    )
+    return derive_view(rows, private=token.view_private, versions=listing - token.listing_version)
+
+
+def load_sets(
+    token: ProgressToken, *, community_id: int, has_store: bool
+) -> Generator[Statement, Rows, tuple[ProgressToken, frozenset[bytes], bool]]:
+    """The token with the stored sets it names read back in (`artifact_sync_channel_sets`),
+    the digests found, and whether the catch-up set was found (a private set not found is
+    taken as not carried: a change that needs it resets)."""
+    digests = [ref for ref in (token.private_ref, token.catchup_ref) if ref]
+    if not digests:
+        return token, frozenset(), True
+    found: dict[bytes, bytes] = {}
+    if has_store:
+        rows = yield load_sets_statement(community_id, digests)
+        found = {bytes(digest): bytes(packed) for digest, packed in rows}
+    if token.private_ref:
+        packed = found.get(token.private_ref)
+        token = replace(token, private_ref=b"",
+                        view_private=None if packed is None else unpack_channels(packed))
+    complete = True
+    if token.catchup_ref:
+        packed = found.get(token.catchup_ref)
+        complete = packed is not None
+        token = replace(token, catchup_ref=b"",
+                        catchup=frozenset(unpack_channels(packed or b"")))
+    return token, frozenset(found), complete
+
+
+def seal_sets(
+    token: ProgressToken,
+    *,
+    community_id: int,
+    now: datetime,
+    has_store: bool,
+    loaded: frozenset[bytes],
+    token_max_age: timedelta,
+) -> tuple[ProgressToken, Statement | None]:
+    """The token as it is sealed: a set larger than a token carries inline is named by its
+    digest, and the statement that stores it (or refreshes its row, once older than half the
+    longest a token lives) when that is needed, else None. The caller resets rather than seal a
+    catch-up set too large for a token when there is no store."""
+    stash: dict[bytes, bytes] = {}
+    private = token.view_private
+    if private is not None and len(private) > MAX_PRIVATE_CHANNELS:
+        if has_store:
+            packed = pack_channels(private)
+            stash[set_digest(packed)] = packed
+            token = replace(token, view_private=(), private_ref=set_digest(packed))
+        else:
+            token = replace(token, view_private=None)
+    if len(token.catchup) > MAX_CATCHUP_CHANNELS:
+        packed = pack_channels(token.catchup)
+        stash[set_digest(packed)] = packed
+        token = replace(token, catchup=frozenset(), catchup_ref=set_digest(packed))
+    if not stash:
+        return replace(token, stored_at=_ORIGIN), None
+    if set(stash) <= loaded and now - token.stored_at <= token_max_age / 2:
+        return token, None
+    return replace(token, stored_at=now), store_sets_statement(
+        community_id, list(stash.items()), token_max_age=int(token_max_age.total_seconds()))
