@@ -30,6 +30,13 @@ from rest_framework.request import Request
 from rest_framework.schemas.generators import BaseSchemaGenerator
 from rest_framework.views import APIView
 
+from artifacts.selectors.filters import (
+    DEFAULT_LIMIT,
+    MAX_OFFSET,
+    MAX_TAG_NAMES,
+    MAX_TAG_VALUES,
+    VIEW_CHANGES,
+)
 from buzzrelay.edge.renderers import JSONBytesRenderer
 from buzzrelay.edge.views import RelayAPIView
 from nostr.kinds import KIND_ARTIFACT
@@ -339,24 +346,34 @@ def _headers() -> Schema:
 
 
 def _schemas() -> Schema:
+    # Every limit from its one definition (the filter parser, the event limits, the settings
+    # NIP-11 announces), so the document can never drift from what the relay enforces.
     max_body = settings.RELAY_MAX_BODY_BYTES
-    tag = {"type": "array", "items": {"type": "string", "maxLength": 4096}, "minItems": 1}
+    limits = settings.RELAY_EVENT_LIMITS
+    max_limit = settings.RELAY_MAX_LIMIT
+    tag = {
+        "type": "array", "items": {"type": "string", "maxLength": limits.max_tag_value_bytes},
+        "minItems": 1,
+    }
     tag_values = {
-        "type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 256,
+        "type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_TAG_VALUES,
     }
     common_filter_props: Schema = {
         "kinds": {
             "type": "array", "items": {"const": KIND_ARTIFACT}, "minItems": 1, "maxItems": 1,
             "description": f"Optional; must be `[{KIND_ARTIFACT}]`.",
         },
-        "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+        "limit": {
+            "type": "integer", "minimum": 1, "maximum": max_limit, "default": DEFAULT_LIMIT,
+        },
     }
     return {
         "Event": {
             "description": (
                 "A signed Nostr event (NIP-01). The relay recomputes `id`, checks the BIP-340"
-                f" signature and the limits: at most {max_body} bytes, 256 tags, tag values"
-                " of 4096 bytes, `created_at` within [now - 1 year, now + 15 min]."
+                f" signature and the limits: at most {max_body} bytes, {limits.max_tags} tags,"
+                f" tag values of {limits.max_tag_value_bytes} bytes, `created_at` within"
+                f" [now - {limits.created_at_lower} s, now + {limits.created_at_upper} s]."
             ),
             "type": "object",
             "required": ["id", "pubkey", "created_at", "kind", "tags", "content", "sig"],
@@ -365,7 +382,7 @@ def _schemas() -> Schema:
                 "pubkey": {"type": "string", "pattern": HEX64},
                 "created_at": {"type": "integer", "minimum": 0},
                 "kind": {"type": "integer", "minimum": 0, "maximum": 65535},
-                "tags": {"type": "array", "items": tag, "maxItems": 256},
+                "tags": {"type": "array", "items": tag, "maxItems": limits.max_tags},
                 "content": {"type": "string"},
                 "sig": {"type": "string", "pattern": "^[0-9a-f]{128}$"},
             },
@@ -388,18 +405,19 @@ def _schemas() -> Schema:
             "description": (
                 "Plain mode: readable current heads (`current`) or revisions of the named"
                 " artifacts (`history`, needs `#d`), newest first. At most"
-                " `offset + limit` <= 11000 rows per filter."
+                f" `offset + limit` <= {MAX_OFFSET + max_limit} rows per filter."
             ),
             "type": "object",
             "required": ["artifact"],
             "properties": {
                 "artifact": {"type": "string", "enum": ["current", "history"]},
                 **common_filter_props,
-                "offset": {"type": "integer", "minimum": 0, "maximum": 10000},
+                "offset": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
             },
             "patternProperties": {"^#[A-Za-z0-9_.-]{1,64}$": tag_values},
             "additionalProperties": False,
-            "maxProperties": 36,
+            # The tag predicates and the four other keys (artifact, kinds, limit, offset).
+            "maxProperties": MAX_TAG_NAMES + 4,
         },
         "IncrementalFilter": {
             "description": (
@@ -412,7 +430,7 @@ def _schemas() -> Schema:
                 "artifact": {"const": "current"},
                 **common_filter_props,
                 "progress": {"type": ["string", "null"], "maxLength": 8192},
-                "view_changes": {"enum": ["reset", "incremental"]},
+                "view_changes": {"enum": list(VIEW_CHANGES)},
                 "#h": {**tag_values, "items": {"type": "string", "pattern": UUID}},
                 "#type": tag_values,
             },
@@ -431,8 +449,8 @@ def _schemas() -> Schema:
             "type": "object",
             "required": ["events", "removed", "progress", "more", "reset"],
             "properties": {
-                "events": {"type": "array", "items": ref("Event"), "maxItems": 1000},
-                "removed": {"type": "array", "items": ref("Removal"), "maxItems": 1000},
+                "events": {"type": "array", "items": ref("Event"), "maxItems": max_limit},
+                "removed": {"type": "array", "items": ref("Removal"), "maxItems": max_limit},
                 "removed_channels": {"type": "array", "items": {"type": "string", "pattern": UUID}},
                 "progress": {"type": "string", "pattern": "^[A-Za-z0-9_-]+={0,2}$"},
                 "more": {"type": "boolean"},

@@ -3,7 +3,8 @@
 A relay view says how to read its request (`parse`, the 400s) and what to do with it (`serve`,
 one call into a selector or service); the base class runs the rest, in the contract's order:
 preflight, method, body (413), community (404), address limit (429, before any signature),
-NIP-98 (401), `parse` (400), pubkey limit (429), `serve` (503 budgets). It is an async view:
+NIP-98 (401), DRF's permission classes (403; none on the relay's own views), `parse` (400),
+pubkey limit (429), `serve` (503 budgets). It is an async view:
 Django and the front door both call `dispatch` on an event loop, and authentication and
 throttles await Redis instead of blocking it.
 """
@@ -49,6 +50,8 @@ class RelayAPIView(APIView):
     authentication_classes = [Nip98Authentication]
     # The two limits run at their own places in the order (see `pipeline`), not DRF's.
     throttle_classes: list[type[BaseThrottle]] = []
+    # Checked by `pipeline` right after authentication, as DRF's `initial` would: a subclass that
+    # names permission classes is protected by them (none of the relay's own views needs one).
     permission_classes: list[Any] = []
     parser_classes = [BoundedBytesParser]
     renderer_classes = [JSONBytesRenderer]
@@ -117,6 +120,11 @@ class RelayAPIView(APIView):
         if self.authenticated:
             await self.throttle(request, AddressRateThrottle())
             await self.authenticate(request)
+        else:
+            # DRF's anonymous request, so a permission class reading `request.user` does not
+            # start DRF's synchronous authentication with the relay's coroutine authenticator.
+            request._not_authenticated()
+        self.check_permissions(request)
         parsed = self.parse(request)
         if self.authenticated:
             await self.throttle(request, PubkeyRateThrottle())

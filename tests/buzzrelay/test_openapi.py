@@ -23,6 +23,7 @@ from django.urls import resolve
 from openapi_spec_validator import validate
 from openapi_spec_validator.validation import OpenAPIV31SpecValidator
 
+from artifacts.selectors.filters import MAX_OFFSET, MAX_TAG_NAMES, MAX_TAG_VALUES
 from buzzrelay.edge.openapi import openapi_document
 
 DOCS = "/admin/api/"
@@ -165,3 +166,19 @@ def test_docs_page_sends_others_to_the_login_page() -> None:
     client.force_login(member)
     response = client.get(DOCS)
     assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
+
+
+def test_the_documents_limits_are_the_enforced_ones() -> None:
+    schemas = openapi_document()["components"]["schemas"]
+    limits = settings.RELAY_EVENT_LIMITS
+    plain = schemas["PlainFilter"]
+    assert plain["properties"]["offset"]["maximum"] == MAX_OFFSET
+    assert plain["properties"]["limit"]["maximum"] == settings.RELAY_MAX_LIMIT
+    assert plain["maxProperties"] == MAX_TAG_NAMES + 4
+    assert str(MAX_OFFSET + settings.RELAY_MAX_LIMIT) in plain["description"]
+    assert plain["patternProperties"]["^#[A-Za-z0-9_.-]{1,64}$"]["maxItems"] == MAX_TAG_VALUES
+    event = schemas["Event"]["properties"]["tags"]
+    assert event["maxItems"] == limits.max_tags
+    assert event["items"]["items"]["maxLength"] == limits.max_tag_value_bytes
+    page = schemas["IncrementalPage"]["properties"]
+    assert page["events"]["maxItems"] == page["removed"]["maxItems"] == settings.RELAY_MAX_LIMIT
