@@ -267,3 +267,68 @@ class ArtifactRevision(models.Model):
                 condition=models.Q(source_channel_id__isnull=False),
             )
         ]
+
+
+class ListingChange(models.Model):
+    """One row per increment of `communities.listing_version` (migration 0081).
+
+    Written by the same statement that increments the counter (`services.transactions`), so a
+    snapshot that sees version v sees exactly the rows up to v: rounds find the channels whose
+    listing changed since a token's view was computed, and each one's readability before that
+    change, without listing the community's channels (`selectors.view`). Policy and admin-list
+    changes write a row without a channel. Rows older than the longest a token lives are
+    collected by the writers themselves. `community_id` is a plain column: no foreign key to
+    validate or lock, and a deleted community's rows age out like any others.
+    """
+
+    class Readable(models.IntegerChoices):
+        # Before this change the channel did not exist or was deleted: readable by nobody.
+        NOBODY = 0
+        OPEN = 1
+        # Private: readable by its active members.
+        MEMBERS = 2
+
+    community_id = models.BigIntegerField()
+    listing_version = models.BigIntegerField()
+    channel_id = models.UUIDField(null=True, blank=True)
+    readable_before = models.SmallIntegerField(choices=Readable.choices, null=True, blank=True)
+    changed_at = models.DateTimeField(db_default=TransactionNow())
+
+    class Meta:
+        db_table = "artifact_listing_changes"
+        constraints = [
+            # Rounds read the versions after a token's (and check none is missing); the writers'
+            # collection walks it from the oldest.
+            models.UniqueConstraint(
+                fields=["community_id", "listing_version"], name="listing_changes_version_uniq"
+            )
+        ]
+
+
+class ChannelSet(models.Model):
+    """A set of channel ids too large for a token, stored by its digest (migration 0081).
+
+    Rounds store here the parts of a reader's view reference (its private channels) and of a
+    round's catch-up set that exceed what a token carries inline, and the token names the
+    digest: content-addressed, so every reader and round with the same set shares one row.
+    Written after the page's read transaction commits, before the token is handed out; a page
+    that carries a reference on refreshes `touched_at` when it is older than half the longest a
+    token lives, and rows untouched for twice that are collected by the pages that store sets
+    (`selectors.view`): no token still alive can name them.
+    """
+
+    community_id = models.BigIntegerField()
+    digest = models.BinaryField(max_length=16)
+    # The channel ids, 16 bytes each, sorted.
+    channels = models.BinaryField()
+    touched_at = models.DateTimeField(db_default=TransactionNow())
+
+    class Meta:
+        db_table = "artifact_sync_channel_sets"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["community_id", "digest"], name="channel_sets_digest_uniq"
+            )
+        ]
+        # The collection takes the oldest rows first.
+        indexes = [models.Index(fields=["touched_at"], name="channel_sets_touched")]

@@ -4,14 +4,15 @@ Layout (before base64url without padding):
 
     version (1 byte) | nonce (12) | AES-GCM-SIV ciphertext of the fields + tag (16)
 
-The fields: the fixed part (`_FIELDS`), the cursor key, then the view part (`_VIEW`): the view's
-channel set V itself while it holds at most `MAX_VIEW_CHANNELS` channels (16 bytes each, sorted),
-the round's catch-up set C as a bitmap over V (C is always a subset of V), and the catch-up's
-cursor. The set rides in the token rather than in a table: a token of a reader with 10 channels
-is about 430 characters, one with 256 about 5,700; a larger view is carried by its digest alone,
-and any change of it resets (PROTOCOL.md section 5 allows a reset whenever V cannot be
-recovered). A token that ends after its cursor key (issued before the view part existed) reads
-as one whose V is not carried.
+The fields: the fixed part (`_FIELDS`), the cursor key, then the view part (`_VIEW`). The view
+part carries a reference to the view's channel set V, never V itself (PROTOCOL.md section 5,
+"View"; docs/protocol.md, "Wide views"): the community's listing version the view was computed
+under, and the personal part of V, the private channels P could read then (at most
+`MAX_PRIVATE_CHANNELS`; more are not carried, and a change that needs them resets). V is then
+every channel open at that listing version plus those: `artifacts.selectors.view` recovers it,
+for the channels that changed since, from the listing change log. Then the round's catch-up set
+C (at most `MAX_CATCHUP_CHANNELS` channel ids; a catch-up that grows past it resets) and the
+catch-up's cursor. So a token's size does not grow with V: the largest is under 1,000 characters.
 
 The key is HKDF-SHA256 of the relay key (per token version), so every instance sharing the relay
 key reads every other's tokens and nothing inside is readable by the client. The associated data
@@ -44,7 +45,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCMSIV
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 
-# 2: the fixed part carries the round's and the previous round's first-page snapshot xmin.
+# 2: the fixed part carries the round's and the previous round's first-page snapshot xmin, and
+# the view part a reference to V (listing version, private channels), not V.
 TOKEN_VERSION = 2
 _NONCE_BYTES = 12
 _TAG_BYTES = 16
@@ -53,19 +55,27 @@ _TAG_BYTES = 16
 # cursor key itself.
 _FIELDS = struct.Struct(">Bq8sqqq16sq8sqQQB")
 _MAX_CURSOR_KEY = 32
-# The view part: flags (bit 0: V is carried; bit 1: the catch-up is pending), the number of
-# channels of V; then V, the bitmap of C, and the catch-up cursor's length and bytes.
-_VIEW = struct.Struct(">BH")
-_CARRIES_VIEW = 1
+# The view part: flags (bit 0: the private channels are carried; bit 1: the catch-up is
+# pending; bits 2 and 3: the private channels, the catch-up set, are stored: a 16-byte digest
+# stands for them), the listing version the view was computed under, the numbers of private
+# channels and of catch-up channels carried inline, when the stored sets were last refreshed;
+# then those channels (16 bytes each, sorted) or digests, and the catch-up cursor's length and
+# bytes.
+_VIEW = struct.Struct(">BqBBq")
+_CARRIES_PRIVATE = 1
 _CATCHUP_PENDING = 2
-# The largest V a token carries (4 KiB of channel ids; the token then has about 5,800 characters).
-MAX_VIEW_CHANNELS = 256
+_PRIVATE_STORED = 4
+_CATCHUP_STORED = 8
+_FLAGS = _CARRIES_PRIVATE | _CATCHUP_PENDING | _PRIVATE_STORED | _CATCHUP_STORED
+# Bounds on the sets a token carries: the largest token stays under 1,000 characters.
+MAX_PRIVATE_CHANNELS = 20
+MAX_CATCHUP_CHANNELS = 12
 _CHANNEL_BYTES = 16
 # The catch-up cursor: the channel being walked (16 bytes: from its start) and the last artifact
 # it passed there (32 bytes in all); empty: from the start of the first channel.
 _CATCHUP_CURSOR_LENGTHS = (0, 16, 32)
-# The largest token is about 5,800 characters; anything longer is not one of ours.
-_MAX_TOKEN_CHARS = 8192
+# The largest token is under 1,000 characters; anything much longer is not one of ours.
+_MAX_TOKEN_CHARS = 2048
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -103,12 +113,15 @@ class ProgressToken:
     view_t: datetime
     view_fingerprint: bytes
     issued_at: datetime
-    # The view's channel set V (sorted 16-byte channel ids), or None when the token does not
-    # carry it (a view larger than MAX_VIEW_CHANNELS, or a token issued before it was carried).
-    view_channels: tuple[bytes, ...] | None = None
-    # The round's catch-up (PROTOCOL.md section 5): the set C (a subset of V), whether it still
-    # has heads to deliver, and its cursor (the channel walked, then the last artifact passed in
-    # it: 0, 16 or 32 bytes).
+    # The community's listing version in the snapshot of the page that computed the view.
+    listing_version: int = 0
+    # The private channels P could read then, within the filter (sorted 16-byte ids): with the
+    # listing version, the reference from which V is recovered; None when there were more than
+    # MAX_PRIVATE_CHANNELS (a change of one of them then resets).
+    view_private: tuple[bytes, ...] | None = ()
+    # The round's catch-up (PROTOCOL.md section 5): the set C, whether it still has heads to
+    # deliver, and its cursor (the channel walked, then the last artifact passed in it: 0, 16
+    # or 32 bytes).
     catchup: frozenset[bytes] = frozenset()
     catchup_pending: bool = False
     catchup_cursor: bytes = b""
@@ -117,6 +130,11 @@ class ProgressToken:
     # candidate). A row version whose xmin is below the latter was visible to that page.
     round_xmin: int = 0
     previous_xmin: int = 0
+    # The digests of the stored sets standing for the private channels and for the catch-up set
+    # (b"": carried inline), and when their rows were last refreshed.
+    private_ref: bytes = b""
+    catchup_ref: bytes = b""
+    stored_at: datetime = _EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,9 +267,7 @@ def _unpack(plain: bytes) -> ProgressToken:
         cursor_key = plain[_FIELDS.size : _FIELDS.size + key_length]
         if len(cursor_key) != key_length:
             raise InvalidProgress("malformed token")
-        view_channels, catchup, catchup_pending, catchup_cursor = _unpack_view(
-            plain[_FIELDS.size + key_length :]
-        )
+        view = _unpack_view(plain[_FIELDS.size + key_length :])
         return ProgressToken(
             phase=Phase(phase),
             epoch=epoch,
@@ -264,10 +280,14 @@ def _unpack(plain: bytes) -> ProgressToken:
             view_t=_moment(view_t),
             view_fingerprint=fingerprint,
             issued_at=_moment(issued_at),
-            view_channels=view_channels,
-            catchup=catchup,
-            catchup_pending=catchup_pending,
-            catchup_cursor=catchup_cursor,
+            listing_version=view.listing,
+            view_private=view.private,
+            catchup=view.catchup,
+            catchup_pending=view.pending,
+            catchup_cursor=view.cursor,
+            private_ref=view.private_ref,
+            catchup_ref=view.catchup_ref,
+            stored_at=view.stored_at,
             round_xmin=round_xmin,
             previous_xmin=previous_xmin,
         )
@@ -277,63 +297,95 @@ def _unpack(plain: bytes) -> ProgressToken:
 
 
 def _pack_view(token: ProgressToken) -> bytes:
-    channels = token.view_channels
-    if channels is None:
-        if token.catchup or token.catchup_pending:
-            raise ValueError("a catch-up needs the view's channels")
-        return _VIEW.pack(0, 0) + b"\0"
-    if len(channels) > MAX_VIEW_CHANNELS or list(channels) != sorted(set(channels)):
-        raise ValueError("a token carries at most MAX_VIEW_CHANNELS sorted, distinct channels")
-    if any(len(channel) != _CHANNEL_BYTES for channel in channels):
+    private = token.view_private
+    catchup = sorted(token.catchup)
+    if private is not None and (
+        len(private) > MAX_PRIVATE_CHANNELS or list(private) != sorted(set(private))
+    ):
+        raise ValueError("a token carries at most MAX_PRIVATE_CHANNELS sorted, distinct channels")
+    if len(catchup) > MAX_CATCHUP_CHANNELS:
+        raise ValueError("a token carries at most MAX_CATCHUP_CHANNELS catch-up channels")
+    if any(len(channel) != _CHANNEL_BYTES for channel in (*(private or ()), *catchup)):
         raise ValueError("channel ids are 16 bytes")
-    if not token.catchup <= set(channels):
-        raise ValueError("the catch-up set is a subset of the view")
     if len(token.catchup_cursor) not in _CATCHUP_CURSOR_LENGTHS:
         raise ValueError("bad catch-up cursor")
-    bitmap = bytearray((len(channels) + 7) // 8)
-    for index, channel in enumerate(channels):
-        if channel in token.catchup:
-            bitmap[index // 8] |= 1 << (index % 8)
-    flags = _CARRIES_VIEW | (_CATCHUP_PENDING if token.catchup_pending else 0)
+    for ref, inline in ((token.private_ref, private), (token.catchup_ref, catchup)):
+        if ref and (len(ref) != _CHANNEL_BYTES or inline):
+            raise ValueError("a stored set is named by its 16-byte digest alone")
+    if token.private_ref and private is None:
+        raise ValueError("stored private channels are carried")
+    flags = (
+        (_CARRIES_PRIVATE if private is not None else 0)
+        | (_CATCHUP_PENDING if token.catchup_pending else 0)
+        | (_PRIVATE_STORED if token.private_ref else 0)
+        | (_CATCHUP_STORED if token.catchup_ref else 0)
+    )
     return (
-        _VIEW.pack(flags, len(channels)) + b"".join(channels) + bytes(bitmap)
+        _VIEW.pack(flags, token.listing_version, len(private or ()), len(catchup),
+                   _micros(token.stored_at))
+        + token.private_ref + b"".join(private or ())
+        + token.catchup_ref + b"".join(catchup)
         + bytes([len(token.catchup_cursor)]) + token.catchup_cursor
     )
 
 
-# The view part as read: V (None when not carried), C, whether the catch-up is pending, its cursor.
-_ViewPart = tuple[tuple[bytes, ...] | None, frozenset[bytes], bool, bytes]
-_VIEW_NOT_CARRIED: _ViewPart = (None, frozenset(), False, b"")
+@dataclass(frozen=True, slots=True)
+class _ViewPart:
+    listing: int
+    private: tuple[bytes, ...] | None
+    catchup: frozenset[bytes]
+    pending: bool
+    cursor: bytes
+    private_ref: bytes
+    catchup_ref: bytes
+    stored_at: datetime
 
 
 def _unpack_view(rest: bytes) -> _ViewPart:
-    if not rest:
-        return _VIEW_NOT_CARRIED  # issued before tokens carried the view: V is not recoverable
-    flags, count = _VIEW.unpack_from(rest)
-    if flags & ~(_CARRIES_VIEW | _CATCHUP_PENDING) or count > MAX_VIEW_CHANNELS:
+    flags, listing, n_private, n_catchup, stored_at = _VIEW.unpack_from(rest)
+    private_ref_bytes = _CHANNEL_BYTES if flags & _PRIVATE_STORED else 0
+    catchup_ref_bytes = _CHANNEL_BYTES if flags & _CATCHUP_STORED else 0
+    if (
+        flags & ~_FLAGS
+        or n_private > MAX_PRIVATE_CHANNELS
+        or n_catchup > MAX_CATCHUP_CHANNELS
+        or (n_private and not flags & _CARRIES_PRIVATE)
+        or (private_ref_bytes and (n_private or not flags & _CARRIES_PRIVATE))
+        or (catchup_ref_bytes and n_catchup)
+    ):
         raise InvalidProgress("malformed token")
-    if not flags & _CARRIES_VIEW:
-        if flags or count or rest[_VIEW.size :] != b"\0":
-            raise InvalidProgress("malformed token")
-        return _VIEW_NOT_CARRIED
     at = _VIEW.size
-    channels = tuple(
-        rest[at + i * _CHANNEL_BYTES : at + (i + 1) * _CHANNEL_BYTES] for i in range(count)
-    )
-    at += count * _CHANNEL_BYTES
-    bitmap = rest[at : at + (count + 7) // 8]
-    at += (count + 7) // 8
+    private_ref = rest[at : at + private_ref_bytes]
+    at += private_ref_bytes
+    private = _ids(rest, at, n_private)
+    at += n_private * _CHANNEL_BYTES
+    catchup_ref = rest[at : at + catchup_ref_bytes]
+    at += catchup_ref_bytes
+    catchup = _ids(rest, at, n_catchup)
+    at += n_catchup * _CHANNEL_BYTES
     cursor_length = rest[at] if at < len(rest) else -1
     cursor = rest[at + 1 :]
     if (
-        len(bitmap) != (count + 7) // 8
+        any(len(channel) != _CHANNEL_BYTES for channel in (*private, *catchup))
+        or len(private_ref) != private_ref_bytes
+        or len(catchup_ref) != catchup_ref_bytes
         or len(cursor) != cursor_length
         or cursor_length not in _CATCHUP_CURSOR_LENGTHS
-        or list(channels) != sorted(set(channels))
+        or private != sorted(set(private))
+        or catchup != sorted(set(catchup))
     ):
         raise InvalidProgress("malformed token")
-    catchup = frozenset(
-        channel for index, channel in enumerate(channels)
-        if bitmap[index // 8] >> (index % 8) & 1
+    return _ViewPart(
+        listing=listing,
+        private=tuple(private) if flags & _CARRIES_PRIVATE else None,
+        catchup=frozenset(catchup),
+        pending=bool(flags & _CATCHUP_PENDING),
+        cursor=cursor,
+        private_ref=private_ref,
+        catchup_ref=catchup_ref,
+        stored_at=_moment(stored_at),
     )
-    return channels, catchup, bool(flags & _CATCHUP_PENDING), cursor
+
+
+def _ids(raw: bytes, at: int, count: int) -> list[bytes]:
+    return [raw[at + i * _CHANNEL_BYTES : at + (i + 1) * _CHANNEL_BYTES] for i in range(count)]

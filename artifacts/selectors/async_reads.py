@@ -213,5 +213,9 @@ async def read_page_async(
     except StopIteration as done:
         page: Page = done.value
     await cursor.execute("COMMIT")
+    if page.store is not None:
+        # The sets the token names by digest, stored before the token is handed out (the
+        # connection is in autocommit: one statement, one transaction).
+        await cursor.execute(page.store[0], page.store[1])
     note_used(cursor.connection)
     return page

@@ -12,11 +12,13 @@ A page, in order:
    the request did not opt in to receive incrementally, or whose enablement or types changed);
    a retired key or an older token version reset too, decided in step 1. A view change applied
    incrementally names the channels lost (`removed_channels`) and adds those gained to the
-   round's catch-up;
+   round's catch-up; the view is recovered from the token's reference, for the channels that
+   changed only (artifacts.selectors.view);
 5. walks the round's own phases (FULL, or HEADS then MOVES), then its catch-up (the heads of the
    channels gained, `_catch_up`), each in bounded steps, until the page holds `limit` entries,
    about 1 MiB of events, or the scan budget is spent;
-6. seals the next token.
+6. seals the next token; a channel set too large for it is named by digest, and the driver
+   stores it after the page's transaction (`Page.store`), before handing the token out.
 
 A round's T is fixed by its first page and carried in the token; the T read in step 2 is used by
 a page that starts a round (or resets), and as the new view fence when the view is recomputed.
@@ -29,12 +31,13 @@ the page is written once for two drivers: `read_page` runs it on Django's connec
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connections, transaction
 from django.db.backends.utils import CursorWrapper
 
 from artifacts.selectors.budget import execute_prepared, read_transaction
@@ -45,14 +48,20 @@ from artifacts.selectors.sync_epoch import EPOCH_SQL, database_identity
 from artifacts.selectors.view import (
     PROBE_COLUMNS,
     PROBE_FROM,
-    View,
+    UNRECOVERABLE,
+    Rows,
+    Statement,
     ViewProbe,
+    derive_change,
+    load_sets,
+    private_channels,
     probe_from_row,
-    view_digest_statement,
-    view_from_row,
+    seal_sets,
+    summary_digest,
     view_unchanged,
 )
 from artifacts.tokens import (
+    MAX_CATCHUP_CHANNELS,
     Phase,
     ProgressToken,
     RetiredToken,
@@ -81,6 +90,10 @@ _FIRST_STATEMENT = (
     " EXISTS (SELECT 1 FROM artifact_revisions r WHERE r.community_id = co.id"
     "         AND r.source_channel_id IS NOT NULL"
     "         AND r.modified_at >= %(pending_low)s AND r.modified_at < %(pending_t)s),"
+    # The listing change log and the channel set store (migration 0081): without them, views
+    # (and catch-up sets too large for a token) are not recovered.
+    " to_regclass('artifact_listing_changes') IS NOT NULL,"
+    " to_regclass('artifact_sync_channel_sets') IS NOT NULL,"
     " pg_snapshot_xmin(pg_current_snapshot())::text::bigint,"
     " pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
     f" FROM {PROBE_FROM}"
@@ -108,6 +121,9 @@ class Page:
     # Channels that left the reader's view (an incremental view change): the client deletes
     # every item whose stored head's `h` is one of them before applying the page.
     removed_channels: list[str] = field(default_factory=list)
+    # What the driver must run, in a transaction of its own after the page's, before handing
+    # out `progress`: the store of the channel sets the token names by digest (None: nothing).
+    store: Statement | None = None
 
 
 @dataclass(slots=True)
@@ -163,9 +179,6 @@ def prepare_round(*, community_id: int, reader: str, query: QueryFilter) -> Roun
     return RoundRequest(community_id, reader, query, binding, decoded)
 
 
-# One statement a page needs run in its snapshot (SQL, parameters); the driver sends back its rows.
-Statement = tuple[str, Mapping[str, Any]]
-Rows = list[Any]
 PageSteps = Generator[Statement, Rows, "Page"]
 
 
@@ -198,7 +211,11 @@ def read_page(
             token_max_age=token_max_age,
             scan_budget=scan_budget,
         )
-        return run_steps(cursor, steps)
+        page = run_steps(cursor, steps)
+    if page.store is not None:
+        with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+            execute_prepared(cursor, *page.store)
+    return page
 
 
 def run_steps(cursor: CursorWrapper, steps: PageSteps) -> Page:
@@ -252,28 +269,39 @@ def page_steps(
     if not first:
         raise CommunityGone(request.community_id)
     (now, epoch, enabled, allowed_types, listing, members, latest_member, heads_pending,
-     moves_pending, snapshot_xmin, snapshot_xmax) = first[0]
+     moves_pending, has_log, has_store, snapshot_xmin, snapshot_xmax) = first[0]
     state = _PageState(
         now=now,
         epoch=epoch,
         database=database_tag(identity),
         probe=probe_from_row(listing, members, latest_member),
         fence=fence,
+        summary=summary_digest(enabled, allowed_types, query.values("type")),
+        has_log=has_log,
+        has_store=has_store,
     )
-    reset_reason, token, view, lost = yield from _resume(
+    loaded: frozenset[bytes] = frozenset()
+    if isinstance(request.decoded, ProgressToken):
+        expanded, loaded, complete = yield from load_sets(
+            request.decoded, community_id=request.community_id, has_store=has_store)
+        request = replace(request, decoded=expanded)
+        state = replace(state, sets_complete=complete)
+    reset_reason, token, lost = yield from _resume(
         request, state, ready=ready, overlap=overlap, token_max_age=token_max_age
     )
     quiet = False
     if token is None:
-        # A new full round, T = this page's fence.
-        if view is None:
-            view = yield from _view(request)
+        # A new full round, T = this page's fence; its view is referenced, not listed.
         token = ProgressToken(
             phase=Phase.FULL, epoch=epoch, database=state.database, round_t=fence,
             watermark=_ORIGIN, cursor_at=_ORIGIN, cursor_key=b"",
-            view_digest=view.digest, view_t=fence,
+            view_digest=state.summary, view_t=fence,
             view_fingerprint=state.probe.fingerprint, issued_at=now,
-            view_channels=view.channels, round_xmin=snapshot_xmin,
+            listing_version=state.probe.listing,
+            view_private=(yield from private_channels(
+                community_id=request.community_id, reader=request.reader,
+                channels=query.values("h"))),
+            round_xmin=snapshot_xmin,
         )
     elif continues:
         # A continuation round: W = the previous round's T. A fence below W (a clock step)
@@ -312,7 +340,7 @@ def page_steps(
     if catchup.pending and not walk.full():
         yield from _catch_up(walk, catchup, params)
 
-    next_token = replace(
+    next_token, store = seal_sets(replace(
         token,
         phase=walk.phase,
         epoch=epoch,
@@ -322,7 +350,8 @@ def page_steps(
         issued_at=now,
         catchup_pending=catchup.pending,
         catchup_cursor=catchup.cursor if catchup.pending else b"",
-    )
+    ), community_id=request.community_id, now=now, has_store=has_store, loaded=loaded,
+        token_max_age=token_max_age)
     return Page(
         events=walk.events,
         removed=walk.removed,
@@ -333,6 +362,7 @@ def page_steps(
         full_round=token.watermark == _ORIGIN,
         fence_lag=now - token.round_t,
         removed_channels=[str(uuid.UUID(bytes=channel)) for channel in lost],
+        store=store,
     )
 
 
@@ -374,6 +404,13 @@ class _PageState:
     database: bytes
     probe: ViewProbe
     fence: datetime
+    # The digest of the view's summary (enablement, allowed types within the filter).
+    summary: bytes
+    # The listing change log and the channel set store exist (migration 0081).
+    has_log: bool
+    has_store: bool
+    # Every stored set the token names was found.
+    sets_complete: bool = True
 
 
 def _resume(
@@ -383,23 +420,23 @@ def _resume(
     ready: bool,
     overlap: timedelta,
     token_max_age: timedelta,
-) -> Generator[
-    Statement, Rows, tuple[str | None, ProgressToken | None, View | None, list[bytes]]
-]:
-    """(reset reason, token to continue, the view when this page computed it, the channels
-    lost by an incremental view change); exactly one of the first two is None."""
+) -> Generator[Statement, Rows, tuple[str | None, ProgressToken | None, list[bytes]]]:
+    """(reset reason, token to continue, the channels lost by an incremental view change);
+    exactly one of the first two is None."""
     decoded = request.decoded
     if decoded is None:
-        return "start", None, None, []
+        return "start", None, []
     if isinstance(decoded, RetiredToken):
-        return "retired", None, None, []
+        return "retired", None, []
     if decoded.epoch != state.epoch or decoded.database != state.database:
-        return "epoch", None, None, []
+        return "epoch", None, []
     if state.now - decoded.issued_at > token_max_age:
-        return "expired", None, None, []
+        return "expired", None, []
     if not ready and decoded.phase is not Phase.FULL:
         # A full round under way stays correct; a continuation needs a ready deployment.
-        return "not_ready", None, None, []
+        return "not_ready", None, []
+    if not state.sets_complete:
+        return "view", None, []  # the round's catch-up set cannot be recovered
     if _finished(decoded) and (decoded.catchup or decoded.catchup_pending
                                or decoded.catchup_cursor):
         # A new round's catch-up starts empty.
@@ -410,41 +447,41 @@ def _resume(
         computed_under=decoded.view_t,
         overlap=overlap,
     ):
-        return None, decoded, None, []
-    view = yield from _view(request)
+        return None, decoded, []
+    if state.summary != decoded.view_digest:
+        return "view", None, []  # enablement or allowed types differ
+    if state.has_log:
+        change = yield from derive_change(
+            decoded, community_id=request.community_id, reader=request.reader,
+            channels=request.query.values("h"), listing=state.probe.listing, overlap=overlap)
+    else:
+        change = UNRECOVERABLE
+    if not change.recoverable:
+        return "view", None, []
+    private = change.private
+    if private is None:
+        private = yield from private_channels(
+            community_id=request.community_id, reader=request.reader,
+            channels=request.query.values("h"))
     # Checked in this snapshot: any later change carries a stamp >= this page's fence.
-    checked = replace(decoded, view_digest=view.digest, view_t=state.fence,
-                      view_fingerprint=state.probe.fingerprint, view_channels=view.channels)
-    if view.digest == decoded.view_digest:
-        return None, checked, view, []
-    old = decoded.view_channels
-    if (
-        not request.query.view_changes_incremental
-        or old is None
-        or view.channels is None
-        or view.digest_with(old) != decoded.view_digest  # enablement or allowed types differ
-    ):
-        return "view", None, view, []
+    checked = replace(decoded, view_t=state.fence, view_fingerprint=state.probe.fingerprint,
+                      listing_version=state.probe.listing, view_private=private)
+    lost, gained = change.lost, change.gained
+    if not lost and not gained:
+        return None, checked, []
+    if not request.query.view_changes_incremental:
+        return "view", None, []
     # An incremental view change (PROTOCOL.md section 5): L = lost, A = gained.
-    lost = sorted(set(old) - set(view.channels))
-    gained = set(view.channels) - set(old)
-    catchup = (decoded.catchup - set(lost)) | gained
+    catchup = (decoded.catchup - set(lost)) | set(gained)
+    if len(catchup) > MAX_CATCHUP_CHANNELS and not state.has_store:
+        return "view", None, []  # more than a token carries, and nowhere to store it
     return None, replace(
         checked,
         catchup=frozenset(catchup),
         # A channel joining restarts the cursor: its heads lie anywhere in the order.
         catchup_pending=bool(catchup) and (decoded.catchup_pending or bool(gained)),
         catchup_cursor=b"" if gained else decoded.catchup_cursor,
-    ), view, lost
-
-
-def _view(request: RoundRequest) -> Generator[Statement, Rows, View]:
-    rows = yield view_digest_statement(
-        community_id=request.community_id,
-        reader=request.reader,
-        channels=request.query.values("h"),
-    )
-    return view_from_row(rows[0], types=request.query.values("type"))
+    ), lost
 
 
 @dataclass(slots=True)

@@ -6,6 +6,9 @@ Changes to the channel listing (visibility, deletion, restore, archive, unarchiv
 community's row lock, taken first (lock order: community, channel, members). Creation
 increments `listing_version` without stamping: it changes which channels exist, so a cached
 "nothing changed since the token" must not survive it, but no artifact can be affected yet.
+Each increment also logs the channel and how it was readable before the change
+(`artifact_listing_changes`, `transactions.bump_listing_statement`): rounds derive readers' view
+changes from it instead of listing their channels.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ from artifacts.services.errors import Duplicate, Invalid, Restricted
 from artifacts.services.members import member_put, put_statement
 from artifacts.services.tags import channel_tag, checked_tag, text_value, visibility_flag
 from artifacts.services.transactions import (
+    LISTING_ABSENT,
+    LISTING_FLIPPED,
+    LISTING_LIVE,
+    LISTING_SAME,
     WriteContext,
     bump_listing,
     bump_listing_statement,
@@ -81,7 +88,7 @@ def channel_create(
         statement = _insert_statement(community_id, channel_id, name, visibility, created_by)
         if not execute_prepared(cursor, *statement):
             raise Invalid("channel id is taken")
-        bump_listing(community_id, stamp=False)
+        bump_listing(community_id, stamp=False, channel_id=channel_id, before=LISTING_ABSENT)
         ctx.access_changed(channel_id, CREATED)
         if created_by:
             member_put(
@@ -117,7 +124,7 @@ def channel_update(
 
 
 def _listing_change(
-    community_id: int, channel_id: UUID, what: str, assignment: str, condition: str
+    community_id: int, channel_id: UUID, what: str, assignment: str, condition: str, before: str
 ) -> bool:
     with write_transaction(community_id=community_id) as ctx, connection.cursor() as cursor:
         lock_community(community_id)
@@ -126,20 +133,21 @@ def _listing_change(
             if not execute_prepared(cursor, _EXISTS_SQL, [community_id, channel_id]):
                 raise Invalid(f"no channel {channel_id}")
             return False
-        bump_listing(community_id, stamp=True)
+        bump_listing(community_id, stamp=True, channel_id=channel_id, before=before)
         ctx.access_changed(channel_id, what)
         return True
 
 
 def channel_delete(*, community_id: int, channel_id: UUID) -> bool:
     """Soft-delete (the channel and its artifacts become invisible); False if already deleted."""
-    return _listing_change(community_id, channel_id, DELETED, *_DELETE)
+    return _listing_change(community_id, channel_id, DELETED, *_DELETE, LISTING_LIVE)
 
 
 def channel_restore(*, community_id: int, channel_id: UUID) -> bool:
     """Undo a deletion (operators only); False if the channel was not deleted."""
     return _listing_change(
-        community_id, channel_id, RESTORED, "deleted_at = NULL", "deleted_at IS NOT NULL"
+        community_id, channel_id, RESTORED, "deleted_at = NULL", "deleted_at IS NOT NULL",
+        LISTING_ABSENT,
     )
 
 
@@ -147,14 +155,15 @@ def channel_archive(*, community_id: int, channel_id: UUID) -> bool:
     """Archive: still readable, no more writes (operators only); False if already archived."""
     return _listing_change(
         community_id, channel_id, ARCHIVED, "archived_at = statement_timestamp()",
-        "archived_at IS NULL",
+        "archived_at IS NULL", LISTING_SAME,
     )
 
 
 def channel_unarchive(*, community_id: int, channel_id: UUID) -> bool:
     """Accept writes again (operators only); False if the channel was not archived."""
     return _listing_change(
-        community_id, channel_id, UNARCHIVED, "archived_at = NULL", "archived_at IS NOT NULL"
+        community_id, channel_id, UNARCHIVED, "archived_at = NULL", "archived_at IS NOT NULL",
+        LISTING_SAME,
     )
 
 
@@ -182,7 +191,8 @@ def channel_create_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteS
         raise Invalid("channel id is taken")
     ctx.access_changed(channel_id, CREATED)
     return (
-        bump_listing_statement(community_id, stamp=False),
+        bump_listing_statement(
+            community_id, stamp=False, channel_id=channel_id, before=LISTING_ABSENT),
         put_statement(community_id, channel_id, event.pubkey, ChannelMember.Role.OWNER),
     )
 
@@ -226,7 +236,8 @@ def channel_delete_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteS
             raise Invalid(f"no channel {channel_id}")
         return ()  # already deleted (since the standing was read): nothing to count
     ctx.access_changed(channel_id, DELETED)
-    return (bump_listing_statement(community_id, stamp=True),)
+    return (bump_listing_statement(
+        community_id, stamp=True, channel_id=channel_id, before=LISTING_LIVE),)
 
 
 def _standing(
@@ -276,7 +287,8 @@ def _update(
         channel_id,
     ])
     if "visibility" in changed:
-        return changed, (update, bump_listing_statement(community_id, stamp=True))
+        return changed, (update, bump_listing_statement(
+            community_id, stamp=True, channel_id=channel_id, before=LISTING_FLIPPED))
     return changed, (update,)
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from uuid import UUID
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from artifacts.models import Event as EventRow
@@ -154,26 +155,79 @@ def lock_community_statement(community_id: int) -> Statement:
     return "SELECT 1 FROM communities WHERE id = %s FOR UPDATE", [community_id]
 
 
-def bump_listing(community_id: int, *, stamp: bool) -> None:
+# How the channel of a listing change was readable before it, from its row after the change
+# (the statement runs after the change, in its transaction): it did not exist or was restored
+# from deletion (`absent`); it was deleted just now (`live`: its visibility as it is); its
+# visibility flipped (`flipped`); or its readability did not change (`same`: archive, unarchive).
+LISTING_ABSENT, LISTING_LIVE, LISTING_FLIPPED, LISTING_SAME = "absent", "live", "flipped", "same"
+# Old log rows a listing change collects, at most: each change adds one row, so the log stays
+# at the changes of the last ARTIFACT_SYNC_TOKEN_MAX_AGE (plus a day) without a periodic job.
+LISTING_COLLECT_BATCH = 16
+
+
+def bump_listing(
+    community_id: int,
+    *,
+    stamp: bool,
+    channel_id: UUID | None = None,
+    before: str = LISTING_SAME,
+) -> None:
     """Count a listing or policy change (and stamp it when `stamp`); caller holds the row lock.
 
     `listing_version` lets a read tell "nothing changed" without comparing stamps, which are
-    not unique (PROTOCOL.md section 5).
+    not unique (PROTOCOL.md section 5). `channel_id` and `before`: see `bump_listing_statement`.
     """
     with connection.cursor() as cursor:
-        execute_prepared(cursor, *bump_listing_statement(community_id, stamp=stamp))
+        execute_prepared(cursor, *bump_listing_statement(
+            community_id, stamp=stamp, channel_id=channel_id, before=before))
 
 
-def bump_listing_statement(community_id: int, *, stamp: bool) -> Statement:
-    """`bump_listing` as a statement (for writers in steps form)."""
-    return _BUMP_STAMPED_SQL if stamp else _BUMP_SQL, [community_id]
+def bump_listing_statement(
+    community_id: int,
+    *,
+    stamp: bool,
+    channel_id: UUID | None = None,
+    before: str = LISTING_SAME,
+) -> Statement:
+    """`bump_listing` as a statement (for writers in steps form).
+
+    The same statement logs the change in `artifact_listing_changes` under the new version (the
+    channel, when the change is a channel's, and how it was readable before: `before`, one of
+    the LISTING_* modes), so a snapshot sees a version exactly when it sees its row, and
+    collects up to LISTING_COLLECT_BATCH of the community's rows older than any live token
+    (tokens older than ARTIFACT_SYNC_TOKEN_MAX_AGE reset; a day of margin for the writers'
+    stamp-to-commit lag).
+    """
+    assignment = _BUMP_STAMPED if stamp else _BUMP
+    keep = settings.ARTIFACT_SYNC_TOKEN_MAX_AGE + 86400
+    return _BUMP_SQL.format(assignment=assignment), [
+        community_id, community_id, community_id, LISTING_COLLECT_BATCH, keep,
+        channel_id, before, channel_id,
+    ]
 
 
-_BUMP_SQL = "UPDATE communities SET listing_version = listing_version + 1 WHERE id = %s"
-_BUMP_STAMPED_SQL = (
-    "UPDATE communities SET listing_version = listing_version + 1,"
-    " artifact_policy_modified_at = statement_timestamp() WHERE id = %s"
-)
+_BUMP = "listing_version = listing_version + 1"
+_BUMP_STAMPED = _BUMP + ", artifact_policy_modified_at = statement_timestamp()"
+_BUMP_SQL = """
+WITH bumped AS (
+    UPDATE communities SET {assignment} WHERE id = %s RETURNING id, listing_version),
+collected AS (
+    DELETE FROM artifact_listing_changes
+     WHERE community_id = %s AND listing_version IN (
+           SELECT listing_version FROM artifact_listing_changes WHERE community_id = %s
+            ORDER BY listing_version LIMIT %s)
+       AND changed_at < statement_timestamp() - make_interval(secs => %s))
+INSERT INTO artifact_listing_changes
+       (community_id, listing_version, channel_id, readable_before, changed_at)
+SELECT b.id, b.listing_version, %s::uuid,
+       (SELECT CASE WHEN m.mode = 'absent' THEN 0
+                    WHEN m.mode = 'same' AND ch.deleted_at IS NOT NULL THEN 0
+                    WHEN (ch.visibility = 'open') = (m.mode <> 'flipped') THEN 1
+                    ELSE 2 END
+          FROM (SELECT %s::text AS mode) m
+          LEFT JOIN channels ch ON ch.community_id = b.id AND ch.channel_id = %s::uuid),
+       statement_timestamp()
+  FROM bumped b"""
 
 
 def store_statement(ctx: WriteContext, *, event: Event, channel_id: UUID | None) -> Statement:

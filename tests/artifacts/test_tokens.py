@@ -11,14 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from artifacts.tokens import (
-    _FIELDS,
-    MAX_VIEW_CHANNELS,
-    TOKEN_VERSION,
+    MAX_CATCHUP_CHANNELS,
+    MAX_PRIVATE_CHANNELS,
     InvalidProgress,
     Phase,
     ProgressToken,
     RetiredToken,
-    _key,
     database_tag,
     decode_progress,
     encode_progress,
@@ -143,37 +141,55 @@ def test_arbitrary_text_only_ever_raises_invalid_progress(text: str) -> None:
 
 def test_the_view_and_the_catch_up_round_trip_and_stay_small() -> None:
     channels = tuple(sorted(bytes([i]) * 16 for i in range(10)))
-    token = replace(TOKEN, view_channels=channels, catchup=frozenset(channels[3:5]),
+    token = replace(TOKEN, listing_version=2**40, view_private=channels,
+                    catchup=frozenset(channels[3:5]),
                     catchup_pending=True, catchup_cursor=channels[3] + b"\x07" * 16)
     text = encode_progress(token, binding=BINDING, secret=KEY)
     assert decode(text) == token
-    assert len(text) < 500  # ten channels ride in the token
     started = replace(token, catchup_cursor=channels[4])  # from the start of a channel
     assert decode(encode_progress(started, binding=BINDING, secret=KEY)) == started
-    largest = replace(TOKEN, view_channels=tuple(sorted(i.to_bytes(16, "big")
-                                                        for i in range(MAX_VIEW_CHANNELS))))
-    assert len(encode_progress(largest, binding=BINDING, secret=KEY)) <= 8192
+    not_carried = replace(token, view_private=None)
+    assert decode(encode_progress(not_carried, binding=BINDING, secret=KEY)) == not_carried
 
 
-def test_a_token_without_the_view_part_reads_as_one_that_does_not_carry_it() -> None:
-    """Tokens issued before the view part existed end after their cursor key."""
-    fields = _FIELDS.pack(TOKEN.phase, TOKEN.epoch, TOKEN.database, 0, 0, 0, TOKEN.view_digest,
-                          0, TOKEN.view_fingerprint, 0, 0, 0, 0)
-    nonce = b"\x01" * 12
-    version = bytes([TOKEN_VERSION])
-    sealed = _key(KEY, TOKEN_VERSION).encrypt(nonce, fields, version + BINDING)
-    text = base64.urlsafe_b64encode(version + nonce + sealed).rstrip(b"=").decode()
-    decoded = decode(text)
-    assert isinstance(decoded, ProgressToken)
-    assert decoded.view_channels is None and decoded.catchup == frozenset()
+def test_the_largest_token_stays_under_a_kilobyte() -> None:
+    """The view part is a reference: whatever V's size, the sets a token carries are bounded."""
+    ids = [i.to_bytes(16, "big") for i in range(MAX_PRIVATE_CHANNELS + MAX_CATCHUP_CHANNELS)]
+    largest = replace(
+        TOKEN, listing_version=2**62, view_private=tuple(ids[:MAX_PRIVATE_CHANNELS]),
+        catchup=frozenset(ids[MAX_PRIVATE_CHANNELS:]), catchup_pending=True,
+        catchup_cursor=ids[-1] + ids[0],
+    )
+    text = encode_progress(largest, binding=BINDING, secret=KEY)
+    assert decode(text) == largest
+    assert len(text) < 1000
+
+
+def test_stored_sets_are_named_by_their_digest() -> None:
+    stored = replace(TOKEN, view_private=(), private_ref=b"p" * 16, catchup_ref=b"c" * 16,
+                     catchup_pending=True, stored_at=NOW)
+    text = encode_progress(stored, binding=BINDING, secret=KEY)
+    assert decode(text) == stored
+    assert len(text) < 300
+
+
+def test_a_token_of_the_previous_version_is_retired() -> None:
+    """Version 1 carried V itself; its tokens start over."""
+    text = encode_progress(TOKEN, binding=BINDING, secret=KEY, version=1)
+    assert decode(text) == RetiredToken("older token version")
 
 
 @pytest.mark.parametrize("bad", [
-    {"view_channels": (b"\x02" * 16, b"\x01" * 16)},  # not sorted
-    {"view_channels": (b"\x01" * 15,)},
-    {"view_channels": None, "catchup": frozenset({b"\x01" * 16})},
-    {"view_channels": (b"\x01" * 16,), "catchup": frozenset({b"\x02" * 16})},
-    {"view_channels": (b"\x01" * 16,), "catchup_cursor": b"\x01" * 5},
+    {"view_private": (b"\x02" * 16, b"\x01" * 16)},  # not sorted
+    {"view_private": (b"\x01" * 15,)},
+    {"view_private": tuple(i.to_bytes(16, "big") for i in range(MAX_PRIVATE_CHANNELS + 1))},
+    {"catchup": frozenset(i.to_bytes(16, "big") for i in range(MAX_CATCHUP_CHANNELS + 1))},
+    {"catchup": frozenset({b"\x02" * 15})},
+    {"catchup_cursor": b"\x01" * 5},
+    {"private_ref": b"\x01" * 15},
+    {"view_private": (b"\x01" * 16,), "private_ref": b"\x01" * 16},
+    {"view_private": None, "private_ref": b"\x01" * 16},
+    {"catchup": frozenset({b"\x02" * 16}), "catchup_ref": b"\x01" * 16},
 ])
 def test_an_inconsistent_view_part_is_never_sealed(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):

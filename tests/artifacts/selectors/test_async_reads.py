@@ -10,10 +10,15 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from artifacts.db import psycopg_connect_kwargs
+from artifacts.models import ChannelSet
 from artifacts.selectors import async_reads
 from artifacts.selectors.async_reads import connection_pool, lookup_community
 from artifacts.selectors.fence import FENCE_STATEMENT
-from tests.factories import make_community
+from artifacts.selectors.filters import parse_filter
+from artifacts.selectors.rounds import prepare_round
+from artifacts.selectors.sync_epoch import connection_identity
+from artifacts.tokens import MAX_PRIVATE_CHANNELS
+from tests.factories import add_member, make_channel, make_community, make_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -112,3 +117,33 @@ def test_both_pools_share_one_definition_and_a_short_reconnection_series() -> No
         assert getattr(pool, parameter) == getattr(django_pool, parameter), parameter
     assert (pool.min_size, pool.max_size) == (django_pool.min_size, django_pool.max_size)
     assert pool.reconnect_timeout == settings.POOL_RECONNECT_SECONDS < 10
+
+
+def test_an_async_page_stores_the_sets_its_token_names_before_handing_it_out() -> None:
+    """A reader with more private channels than a token carries: the HTTP edge's driver stores
+    the set after the page's transaction, and the next page (on any instance) reads it back."""
+    owner, reader = make_key(), make_key()
+    community = make_community("wide.example")
+    for _ in range(MAX_PRIVATE_CHANNELS + 2):
+        make_channel(community, owner=owner, visibility="private", members=[reader])
+
+    async def page(progress: str | None) -> Any:
+        query = parse_filter({"artifact": "current", "progress": progress,
+                              "view_changes": "incremental"})
+        request = prepare_round(community_id=community.pk, reader=reader.pubkey, query=query)
+        async with await psycopg.AsyncConnection.connect(
+            **psycopg_connect_kwargs(), autocommit=True
+        ) as conn:
+            await async_reads.configure_connection(conn)
+            read, _found = await async_reads.begin_read(conn, "wide.example")
+            identity = await connection_identity(conn)
+            return await async_reads.read_page_async(read, request, ready=True,
+                                                     identity=identity)
+
+    first = asyncio.run(page(None))
+    assert first.store is not None and not first.more
+    assert ChannelSet.objects.filter(community_id=community.pk).count() == 1
+    add_member(community, make_channel(community, owner=owner, visibility="private"), reader)
+    second = asyncio.run(page(first.progress))
+    assert not second.reset and second.store is not None  # a new set: stored in turn
+    assert ChannelSet.objects.filter(community_id=community.pk).count() == 2

@@ -19,7 +19,8 @@ Properties, checked on every page:
   read);
 - an opted-in reader resets exactly where the contract requires it: on its first page, and on
   the first page after its enablement or allowed types (within the filter) changed; never for a
-  change of channels (its views stay far below what a token carries);
+  change of channels, whatever the size of its view (the machine also runs with 1, 256, 257
+  and 5,000 more open channels in every unfiltered view);
 and at the end, after a final quiet round, every collection equals a fresh full read and the
 expectation; rounds terminate (a round that does not finish within 10,000 pages fails). Resets
 are counted per reader and the opted-in readers' are checked against the rule above. The overlap
@@ -35,11 +36,12 @@ from datetime import timedelta
 
 import orjson
 import pytest
+from django.db import connection
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from artifacts.models import ArtifactHead
+from artifacts.models import ArtifactHead, ChannelSet
 from artifacts.services.channels import channel_archive, channel_restore, channel_unarchive
 from artifacts.services.communities import community_update_policy
 from tests.artifacts.selectors.reference import World, load_world
@@ -51,6 +53,14 @@ TYPES = ("buzz.task", "buzz.note")
 
 class SyncModel(RuleBasedStateMachine):
     overlap = timedelta(0)
+    # Open channels without artifacts added to every unfiltered reader's view before the first
+    # round: views below and above any bound a token could carry inline (the writes below land
+    # in the other channels, so every view change is one of them).
+    WIDE = 0
+    # Private channels of which the member and the flaky reader are members, granted and removed
+    # all at once by a rule of their own: their private channels and the catch-up sets then
+    # exceed what a token carries inline, and are stored by digest.
+    WIDE_PRIVATE = 0
 
     def __init__(self) -> None:
         super().__init__()
@@ -59,6 +69,17 @@ class SyncModel(RuleBasedStateMachine):
         self.community = make_community(
             host=f"m{uuid.uuid4().hex[:16]}.example", admins=[self.admin]
         )
+        if self.WIDE:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "INSERT INTO channels (community_id, channel_id, name, visibility,"
+                    " created_by, created_at) SELECT %s, gen_random_uuid(), 'wide', 'open', '',"
+                    " now() FROM generate_series(1, %s)", [self.community.pk, self.WIDE])
+        self.wide_private = [
+            make_channel(self.community, owner=self.owner, visibility="private",
+                         members=[self.member, self.flaky])
+            for _ in range(self.WIDE_PRIVATE)
+        ]
         self.channels = [
             make_channel(self.community, owner=self.owner),
             make_channel(self.community, owner=self.owner),
@@ -101,10 +122,10 @@ class SyncModel(RuleBasedStateMachine):
         for name, replica in self.replicas.items():
             wanted_channels = replica.filter.get("#h")
             wanted_types = replica.filter.get("#type")
+            # The wide channels never change: they are in every unfiltered view throughout.
             self.ever_channels[name] |= {
-                h for h in world.channels
-                if world.channel_readable(h, replica.reader)
-                and (wanted_channels is None or h in wanted_channels)
+                h for h in (world.channels if wanted_channels is None else wanted_channels)
+                if h in world.channels and world.channel_readable(h, replica.reader)
             }
             for d, (_event, home, kind, _deleted, _redacted) in world.heads.items():
                 if not world.channel_readable(home, replica.reader):
@@ -184,6 +205,16 @@ class SyncModel(RuleBasedStateMachine):
         h = self.channels[channel % len(self.channels)]
         kind = 9000 if grant else 9001
         write(self.community, self.owner, kind, [["h", h], ["p", who.pubkey]], expect=None)
+        self.wrote()
+
+    @rule(reader=st.integers(0, 50), grant=st.booleans())
+    def bulk_membership(self, reader: int, grant: bool) -> None:
+        if not self.wide_private:
+            return
+        who = self.readers[reader % len(self.readers)]
+        for h in self.wide_private:
+            write(self.community, self.owner, 9000 if grant else 9001,
+                  [["h", h], ["p", who.pubkey]], expect=None)
         self.wrote()
 
     @rule(channel=st.integers(0, 50), public=st.booleans())
@@ -274,6 +305,9 @@ class SyncModel(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         print("resets per reader:", self.resets)
+        if self.WIDE_PRIVATE and any(replica.pages for replica in self.replicas.values()):
+            stored = ChannelSet.objects.filter(community_id=self.community.pk).count()
+            print("stored channel sets:", stored)
         for name, replica in self.replicas.items():
             if replica.pages and replica.pages[-1].more:
                 replica.round(limit=3)  # the round under way saw writes: finish it first
@@ -281,6 +315,18 @@ class SyncModel(RuleBasedStateMachine):
             expected = self.expected(name)
             assert replica.heads() == expected, (name, "after a final quiet round")
             assert replica.fresh() == expected
+
+
+def _run(model: type[SyncModel], examples: int, steps: int) -> None:
+    run_state_machine_as_test(
+        model,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        ),
+    )
 
 
 class SyncModelWithOverlap(SyncModel):
@@ -292,12 +338,22 @@ class SyncModelWithOverlap(SyncModel):
 @pytest.mark.parametrize(("model", "examples"), [(SyncModel, 25), (SyncModelWithOverlap, 10)],
                          ids=["overlap-0", "overlap-120s-re-read-not-re-sent"])
 def test_incremental_reads_model(model: type[SyncModel], examples: int) -> None:
-    run_state_machine_as_test(
-        model,
-        settings=settings(
-            max_examples=examples,
-            stateful_step_count=40,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        ),
-    )
+    _run(model, examples, 40)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_incremental_reads_model_with_stored_sets() -> None:
+    """25 private channels granted and removed at once: private channels and catch-up sets
+    past the token's inline bounds (stored by digest), with every property unchanged."""
+    _run(type("StoredSetsSyncModel", (SyncModel,), {"WIDE_PRIVATE": 25}), 6, 30)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("wide", "examples"), [(1, 4), (256, 4), (257, 4), (5000, 2)])
+def test_incremental_reads_model_with_wide_views(wide: int, examples: int) -> None:
+    """The same machine with views of 1, 256, 257 and 5,000 more open channels: view changes
+    stay incremental (never a reset for a change of channels) and every property holds. Few
+    examples: each observation reads the whole community."""
+    _run(type(f"WideSyncModel{wide}", (SyncModel,), {"WIDE": wide}), examples, 30)

@@ -10,14 +10,26 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.db.models import F
+from django.utils import timezone
 
+from artifacts.models import ChannelSet, Community, ListingChange
 from artifacts.selectors.filters import parse_filter
 from artifacts.selectors.rounds import Page, prepare_round
 from artifacts.services.communities import community_update_policy
-from artifacts.tokens import MAX_VIEW_CHANNELS, ProgressToken, decode_progress, encode_progress
+from artifacts.services.transactions import LISTING_COLLECT_BATCH
+from artifacts.tokens import (
+    MAX_CATCHUP_CHANNELS,
+    MAX_PRIVATE_CHANNELS,
+    ProgressToken,
+    decode_progress,
+    encode_progress,
+)
 from tests.artifacts.selectors.replica import Replica
 from tests.factories import (
     add_member,
@@ -214,33 +226,162 @@ def _token(replica: Replica) -> tuple[ProgressToken, bytes]:
     return decoded, request.binding
 
 
-def test_a_token_without_the_views_channels_resets_on_a_change(world: dict[str, Any]) -> None:
+def test_a_token_refers_to_the_view_and_stays_small(world: dict[str, Any]) -> None:
+    replica = synced(world)
+    token, _binding = _token(replica)
+    assert token.view_private == (uuid.UUID(world["joined"]).bytes,)
+    assert len(replica.token or "") < 400
+
+
+def test_a_token_without_the_private_channels_resets_only_when_they_are_needed(
+    world: dict[str, Any],
+) -> None:
+    community, owner, reader = world["community"], world["owner"], world["reader"]
     replica = synced(world)
     token, binding = _token(replica)
-    assert token.view_channels is not None and len(token.view_channels) == 2
-    assert len(replica.token or "") < 500
-    # A token that does not carry V (issued before tokens did): a change cannot be applied.
-    replica.token = encode_progress(replace(token, view_channels=None), binding=binding)
-    add_member(world["community"], world["hidden"], world["reader"])
+    # As a token of a reader with more private channels than a token carries.
+    replica.token = encode_progress(replace(token, view_private=None), binding=binding)
+    # A listing change of an open channel does not need them: applied incrementally.
+    write(community, owner, 9002, [["h", world["open_h"]], ["private"]])
+    pages = next_round(replica)
+    assert not any(page.reset for page in pages)
+    assert pages[0].removed_channels == [world["open_h"]]
+    token, binding = _token(replica)
+    assert token.view_private is not None  # recomputed: it fits again
+    replica.token = encode_progress(replace(token, view_private=None), binding=binding)
+    # A membership change of a private channel does: the page resets.
+    add_member(community, world["hidden"], reader)
     assert next_round(replica)[0].reset
 
 
-def test_a_view_too_large_for_a_token_resets_on_a_change(world: dict[str, Any]) -> None:
+def test_a_missing_log_version_resets_on_a_change(world: dict[str, Any]) -> None:
+    """A writer that counts a listing change without logging it (an older relay) leaves a
+    version without its row: the change cannot be derived, and the page resets."""
+    community = world["community"]
+    replica = synced(world)
+    Community.objects.filter(pk=community.pk).update(listing_version=F("listing_version") + 1)
+    pages = next_round(replica)
+    assert pages[0].reset and pages[0].reset_reason == "view"
+
+
+def test_the_log_is_collected_once_older_than_any_live_token(
+    world: dict[str, Any], settings: Any,
+) -> None:
     community, owner = world["community"], world["owner"]
-    for _ in range(MAX_VIEW_CHANNELS):
-        make_channel(community, owner=owner)
+    logged = ListingChange.objects.filter(community_id=community.pk)
+    assert logged.count() == community_listing(community)  # one row per version
+    settings.ARTIFACT_SYNC_TOKEN_MAX_AGE = 60
+    logged.update(changed_at=F("changed_at") - timedelta(days=2))
+    make_channel(community, owner=owner)
+    # Each change collects up to LISTING_COLLECT_BATCH old rows, the oldest first.
+    left = logged.count()
+    assert left == max(1, community_listing(community) - LISTING_COLLECT_BATCH)
+    newest = logged.order_by("-listing_version").first()
+    assert newest is not None and newest.listing_version == community_listing(community)
+
+
+def community_listing(community: Community) -> int:
+    return Community.objects.get(pk=community.pk).listing_version
+
+
+@pytest.mark.parametrize("open_channels", [1, 256, 257])
+def test_wide_views_change_incrementally(world: dict[str, Any], open_channels: int) -> None:
+    """Views above and below any bound: a new channel costs its own heads, never a reset."""
+    community, owner, reader = world["community"], world["owner"], world["reader"]
+    make_channels(community, open_channels)
+    replica = synced(world)
+    assert len(replica.token or "") < 1000
+    fresh = make_channel(community, owner=owner)
+    heads = dict(create_artifact(community, owner, fresh) for _ in range(3))
+    pages = next_round(replica)
+    assert not any(page.reset or page.removed_channels for page in pages)
+    assert entries(pages) <= 2 * 3 + 1 and set(heads) <= set(replica.items)
+    write(community, owner, 9008, [["h", fresh]])
+    pages = next_round(replica)
+    assert [c for page in pages for c in page.removed_channels] == [fresh]
+    add_member(community, world["hidden"], reader)
+    pages = next_round(replica)
+    assert not any(page.reset for page in pages) and entries(pages) <= 2 * 5 + 1
+
+
+def make_channels(community: Community, count: int) -> None:
+    """`count` open channels, written directly (the services would take minutes for thousands),
+    before the reader's first round: no listing change after its view is left unlogged."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO channels (community_id, channel_id, name, visibility, created_by,"
+            " created_at) SELECT %s, gen_random_uuid(), 'bulk', 'open', '', now()"
+            " FROM generate_series(1, %s)", [community.pk, count])
+
+
+def test_many_private_channels_are_stored_and_changes_stay_incremental(
+    world: dict[str, Any],
+) -> None:
+    """More private channels than a token carries: the set is stored by its digest, shared by
+    equal sets, and a grant or removal among them is still an incremental change."""
+    community, owner, reader = world["community"], world["owner"], world["reader"]
+    many = [make_channel(community, owner=owner, visibility="private", members=[reader])
+            for _ in range(MAX_PRIVATE_CHANNELS + 5)]
     replica = synced(world)
     token, _binding = _token(replica)
-    assert token.view_channels is None
-    add_member(community, world["hidden"], world["reader"])
+    assert token.private_ref and token.view_private == ()
+    assert len(replica.token or "") < 1000
+    assert ChannelSet.objects.filter(community_id=community.pk).count() == 1
+    add_member(community, world["hidden"], reader)
+    write(community, reader, 9001, [["h", many[0]], ["p", reader.pubkey]])
+    pages = next_round(replica)
+    assert not any(page.reset for page in pages)
+    assert [c for page in pages for c in page.removed_channels] == [many[0]]
+    assert set(world["heads"][world["hidden"]]) <= set(replica.items)
+    # A second reader with the same channels names the same stored row (else there were 3).
+    twin = make_key()
+    for h in [*many[1:], world["joined"], world["hidden"]]:
+        add_member(community, h, twin)
+    Replica(community, twin.pubkey, view_changes="incremental").round()
+    assert ChannelSet.objects.filter(community_id=community.pk).count() == 2
+
+
+def test_a_large_catch_up_is_stored_and_delivered(world: dict[str, Any]) -> None:
+    community, owner, reader = world["community"], world["owner"], world["reader"]
+    gained = [make_channel(community, owner=owner, visibility="private")
+              for _ in range(MAX_CATCHUP_CHANNELS + 3)]
+    heads = {d for h in gained for d, _ in [create_artifact(community, owner, h)]}
+    replica = Replica(community, reader.pubkey, view_changes="incremental")
+    first = replica.page(limit=2)  # a full round under way
+    assert first.more
+    for h in gained:
+        add_member(community, h, reader)
+    pages = [first, *next_round(replica, limit=4)]
+    assert sum(page.reset for page in pages) == 1  # the round's first page only
+    assert heads <= set(replica.items)
+    assert ChannelSet.objects.filter(community_id=community.pk).exists()
+
+
+def test_stored_sets_are_refreshed_and_collected_by_age(
+    world: dict[str, Any], settings: Any,
+) -> None:
+    community, owner, reader = world["community"], world["owner"], world["reader"]
+    for _ in range(MAX_PRIVATE_CHANNELS + 1):
+        make_channel(community, owner=owner, visibility="private", members=[reader])
+    replica = synced(world)
+    stored = ChannelSet.objects.filter(community_id=community.pk)
+    settings.ARTIFACT_SYNC_TOKEN_MAX_AGE = 3600
+    # Older than half a token's life: the next page refreshes the row its token names.
+    stored.update(touched_at=F("touched_at") - timedelta(hours=1))
+    token, binding = _token(replica)
+    replica.token = encode_progress(
+        replace(token, stored_at=token.stored_at - timedelta(hours=1)), binding=binding)
+    replica.round()
+    assert stored.get().touched_at > timezone.now() - timedelta(minutes=5)
+    # Untouched for twice a token's life: collected by the next page that stores a set.
+    stored.update(touched_at=F("touched_at") - timedelta(hours=3))
+    other = make_key()
+    for _ in range(MAX_PRIVATE_CHANNELS + 1):
+        make_channel(community, owner=owner, visibility="private", members=[other])
+    Replica(community, other.pubkey, view_changes="incremental").round()
+    assert stored.count() == 1 and stored.get().touched_at > timezone.now() - timedelta(minutes=5)
+    # The reader's token names a collected set: a change that needs it resets (one that does
+    # not is applied, and the page stores the set again: tested above with a token that does
+    # not carry it).
+    add_member(community, world["hidden"], reader)
     assert next_round(replica)[0].reset
-
-
-def test_the_largest_token_carried_stays_under_the_filters_limit(world: dict[str, Any]) -> None:
-    community, owner = world["community"], world["owner"]
-    for _ in range(MAX_VIEW_CHANNELS - 2):
-        make_channel(community, owner=owner, channel_id=str(uuid.uuid4()))
-    replica = synced(world)
-    token, _binding = _token(replica)
-    assert token.view_channels is not None and len(token.view_channels) == MAX_VIEW_CHANNELS
-    assert len(replica.token or "") <= 8192
