@@ -29,8 +29,9 @@ indexes whose first column is community_id serve them without a community filter
 
 Measured on a million heads and revisions (one community, 200 channels, PostgreSQL 15, a busy
 2-core machine): the page's own query takes 5-16 ms unfiltered, by community, channel, type
-or artifact id, 260 ms on page 50 (OFFSET), 0.6 s for one author of 500, 2.7 s for a title
-matching one head in a thousand; a value no row has (op delete) runs into the 3 s budget.
+or artifact id, 260 ms on page 50 by OFFSET (pages now follow keys, artifacts.admin_paging:
+bench/admin_paging.py), 0.6 s for one author of 500, 2.7 s for a title matching one head in a
+thousand; a value no row has (op delete) runs into the 3 s budget.
 
 Moderation is a staff action (`artifacts.services.staff_actions.staff_redact`, PROTOCOL.md
 section 2): a 9005 signed by the relay's key, stored and applied by the writer a person's

@@ -5,8 +5,9 @@ Django's change list counts: `paginator.count` is a COUNT(*) of the filtered tab
 each is a full scan per page view. The pieces here page without counting (Django has no such
 paginator, and no well-kept package offers one for the admin, so it is written here):
 
-- `UncountedPaginator` fetches one row more than a page, under a statement budget, and knows only
-  whether another page follows;
+- `KeysetPaginator` (artifacts.admin_paging) fetches one row more than a page, under a statement
+  budget, from the previous page's last key (no OFFSET), and knows only whether another page
+  follows;
 - `UncountedChangeList` shows those rows and PostgreSQL's own estimate of the table's size
   (`pg_class.reltuples`, kept by VACUUM and ANALYZE), never a count;
 - `TextFilter` is a sidebar filter typed in (a channel, a type, an author, a title): Django's
@@ -23,67 +24,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.views.main import ChangeList
-from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
-from django.db import OperationalError, connection, transaction
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import PAGE_VAR, ChangeList
+from django.db import connection
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from artifacts.admin_paging import AFTER_VAR, BEFORE_VAR, LIST_BUDGET, BadCursor, KeysetPaginator
 from relayinfo.admin import ReadOnlyAdmin
-
-# Long enough for any page an index serves (milliseconds), short enough that a filter on a rare
-# value cannot hold a connection: the operator is told to narrow by community and channel.
-LIST_BUDGET = "3s"
-
-
-class UncountedPaginator(Paginator):
-    """A paginator that never counts: page N is rows [(N-1)*size, N*size] plus one probe row.
-
-    `count` is what is known without counting: the rows before this page plus the rows fetched,
-    so `num_pages` is this page, or this page plus one when the probe row came back.
-    """
-
-    def __init__(self, object_list: Any, per_page: int, *, page_number: int = 1) -> None:
-        super().__init__(object_list, per_page)
-        self.page_number = page_number
-        self.timed_out = False
-        self._rows: list[Any] | None = None
-
-    def _fetch(self) -> list[Any]:
-        if self._rows is None:
-            start = (self.page_number - 1) * self.per_page
-            try:
-                with transaction.atomic(), connection.cursor() as cursor:
-                    cursor.execute("SELECT set_config('statement_timeout', %s, true)",
-                                   [LIST_BUDGET])
-                    self._rows = list(self.object_list[start:start + self.per_page + 1])
-            except OperationalError:  # the budget ran out (QueryCanceled)
-                self.timed_out = True
-                self._rows = []
-        return self._rows
-
-    @property
-    def count(self) -> int:  # type: ignore[override]
-        return (self.page_number - 1) * self.per_page + len(self._fetch())
-
-    @property
-    def has_more(self) -> bool:
-        return len(self._fetch()) > self.per_page
-
-    def page(self, number: Any) -> Page:  # type: ignore[type-arg]
-        number = self.validate_number(number)
-        if number != self.page_number:
-            raise EmptyPage("only the requested page is fetched")
-        return Page(self._fetch()[: self.per_page], number, self)
-
-    def validate_number(self, number: Any) -> int:
-        try:
-            value = int(number)
-        except (TypeError, ValueError):
-            raise PageNotAnInteger("That page number is not an integer") from None
-        if value < 1:
-            raise EmptyPage("That page number is less than 1")
-        return value
 
 
 def estimated_rows(table: str) -> int | None:
@@ -97,12 +45,28 @@ def estimated_rows(table: str) -> int | None:
 
 
 class UncountedChangeList(ChangeList):
-    """Django's change list with one page fetched by `UncountedPaginator` and nothing counted."""
+    """Django's change list with one page fetched by `KeysetPaginator` and nothing counted."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None
+                     ) -> QuerySet[Any]:
+        # The page keys are the page's, like Django's `p`: kept out of the parameters every
+        # other link (filters, search, the first page) is built from, and out of the filters.
+        # ChangeList.__init__ calls this after reading them and before get_results.
+        for name in (AFTER_VAR, BEFORE_VAR):
+            self.params.pop(name, None)
+            self.filter_params.pop(name, None)
+        return super().get_queryset(request, exclude_parameters)
 
     def get_results(self, request: HttpRequest) -> None:
         self.page_num = max(1, int(self.page_num))  # ?p=0 or ?p=-3: the first page
-        paginator = UncountedPaginator(self.queryset, self.list_per_page, page_number=self.page_num)
-        rows = paginator._fetch()
+        paginator = KeysetPaginator(
+            self.queryset, self.list_per_page, page_number=self.page_num,
+            after=request.GET.get(AFTER_VAR), before=request.GET.get(BEFORE_VAR),
+        )
+        try:
+            rows = paginator.rows()
+        except BadCursor:
+            raise IncorrectLookupParameters("no such page") from None
         if paginator.timed_out:
             messages.warning(
                 request,
@@ -110,20 +74,18 @@ class UncountedChangeList(ChangeList):
                 "few matches. Choose a community and a channel (or search an id) first.",
             )
         if not rows and self.page_num > 1:
-            from django.contrib.admin.options import IncorrectLookupParameters
-
             raise IncorrectLookupParameters("no such page")
         self.result_count = paginator.count
         self.full_result_count = None
         self.show_full_result_count = False
         self.show_admin_actions = True
-        self.result_list = rows[: self.list_per_page]  # type: ignore[assignment]
+        self.result_list = rows  # type: ignore[assignment]
         self.can_show_all = False
-        self.multi_page = paginator.has_more or self.page_num > 1
-        self.paginator = paginator
+        self.has_more = paginator.has_next
+        self.multi_page = self.has_more or self.page_num > 1
+        self.paginator = paginator  # type: ignore[assignment]
         self.estimated_total = estimated_rows(self.model._meta.db_table)
-        self.has_more = paginator.has_more
-        self.page_links = pages_around(self)
+        self.page_links = page_links(self, paginator)
         self.page_label = page_label(self)
 
     def get_ordering_field_columns(self) -> dict[int, Any]:
@@ -203,8 +165,19 @@ def page_label(changelist: UncountedChangeList) -> str:
     return ", ".join(parts)
 
 
-def pages_around(changelist: UncountedChangeList) -> list[int]:
-    """Page links: the first, a few before this one, this one and the next when it exists."""
-    last = changelist.page_num + (1 if changelist.has_more else 0)
-    first_near = max(1, changelist.page_num - 3)
-    return sorted({1, *range(first_near, last + 1)})
+def page_links(changelist: UncountedChangeList, paginator: KeysetPaginator
+               ) -> list[tuple[str, str | None]]:
+    """(label, query string; None for the page shown) of the first page, the previous one,
+    this one and the next: each reached by its key, so no link asks for an OFFSET."""
+    number = changelist.page_num
+    links: list[tuple[str, str | None]] = []
+    if number > 1:
+        links.append(("1", changelist.get_query_string()))
+    if (previous := paginator.previous_key()) is not None:
+        links.append((str(number - 1), changelist.get_query_string(
+            {PAGE_VAR: number - 1, BEFORE_VAR: previous})))
+    links.append((str(number), None))
+    if (following := paginator.next_key()) is not None:
+        links.append((str(number + 1), changelist.get_query_string(
+            {PAGE_VAR: number + 1, AFTER_VAR: following})))
+    return links

@@ -43,6 +43,19 @@ def psycopg_connect_kwargs(database: Mapping[str, Any] | None = None) -> dict[st
     return kwargs
 
 
+def pool_options(database: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The psycopg_pool parameters of Django's pool for `database` (default:
+    DATABASES["default"]), for another pool of the same process to use: sizes, timeouts and the
+    reconnection bound (buzzrelay/settings.py defines them once). Without the `check`, which is
+    a sync function: an asyncio pool brings its own."""
+    if database is None:
+        from django.conf import settings
+
+        database = cast(Mapping[str, Any], settings.DATABASES["default"])
+    options: Mapping[str, Any] = database.get("OPTIONS") or {}
+    return {key: value for key, value in (options.get("pool") or {}).items() if key != "check"}
+
+
 def server_spoke_while_idle(connection: Any) -> bool:
     """An idle connection (no statement in flight) whose socket has something to read: the
     server ended the session (a shutdown or restart sends FATAL 57P01, a crash closes the

@@ -6,22 +6,34 @@ requests and WebSocket handshakes (PROTOCOL.md sections 1 and 3).
 otherwise the peer, the Host header and the connection's own scheme. `RequestAddress` is what
 the rules read, taken from a Django request or an ASGI scope, so neither kind of request has
 rules of its own.
+
+Every host the relay reads (Host, a trusted X-Forwarded-Host) goes through `parse_host`, the one
+parser: a request whose host it refuses (user info, a port that is no number in 1-65535, two
+Host lines) is answered 400 on every path before any view (`host_error`, asked by
+buzzrelay.connection_limits.HostCheck), and names no community anywhere.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from ipaddress import ip_address, ip_network
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
+from django.http.request import split_domain_port
 
 __all__ = [
+    "HostError",
     "RequestAddress",
     "client_address",
+    "host_error",
+    "host_header_error",
     "host_without_port",
     "in_networks",
+    "parse_host",
     "public_host",
     "public_netloc",
     "public_secure",
@@ -37,6 +49,7 @@ class RequestAddress:
     forwarded_for: str
     forwarded_host: str
     forwarded_proto: str
+    host_lines: int = 1  # Host header lines (Django joins repeated ones with commas)
 
     @classmethod
     def of_request(cls, request: HttpRequest) -> RequestAddress:
@@ -52,11 +65,14 @@ class RequestAddress:
         )
 
     @classmethod
-    def of_scope(cls, scope: dict[str, Any]) -> RequestAddress:
+    def of_scope(cls, scope: Mapping[str, Any]) -> RequestAddress:
         headers: dict[bytes, str] = {}
+        host_lines = 0
         for key, value in scope.get("headers", ()):
             # The first value of each header (latin-1, as ASGI servers deliver them).
-            headers.setdefault(bytes(key).lower(), bytes(value).decode("latin-1"))
+            name = bytes(key).lower()
+            host_lines += name == b"host"
+            headers.setdefault(name, bytes(value).decode("latin-1"))
         client, server = scope.get("client"), scope.get("server")
         return cls(
             peer=str(client[0]) if client else "",
@@ -66,6 +82,7 @@ class RequestAddress:
             forwarded_for=headers.get(b"x-forwarded-for", ""),
             forwarded_host=headers.get(b"x-forwarded-host", ""),
             forwarded_proto=headers.get(b"x-forwarded-proto", ""),
+            host_lines=host_lines,
         )
 
 
@@ -116,15 +133,71 @@ def public_secure(address: RequestAddress) -> bool:
     return address.secure
 
 
+class HostError(ValueError):
+    """A Host (or trusted X-Forwarded-Host) that names no host: the client's mistake (400)."""
+
+
+@lru_cache(maxsize=1024)  # every request parses its Host, and a relay serves few hosts
+def parse_host(value: str) -> tuple[str, int | None]:
+    """(host, port) of a Host header value, lowercase: RFC 9110 section 7.2's
+    `uri-host [":" port]` in Django's own host syntax (`split_domain_port`: a DNS name, IPv4, or
+    a bracketed IPv6 literal) with a port of at most five digits in 1-65535.
+
+    Raises HostError for anything else: user info (`host@evil`), a port that is no number or
+    out of range, an empty port, a list of hosts (`a,b`: repeated Host lines as Django joins
+    them), spaces.
+    """
+    domain, port = split_domain_port(value)
+    if not domain or (port and (len(port) > 5 or not 0 < int(port) <= 65535)):
+        raise HostError(f"the Host header is not a host[:port]: {value[:100]!r}")
+    return domain, int(port) if port else None
+
+
+def host_error(address: RequestAddress) -> str | None:
+    """Why the request's host is refused (400), or None. RELAY_PUBLIC_URL does not excuse a bad
+    Host: the header is the client's, and a refused one is refused everywhere alike."""
+    if problem := host_header_error(address.host_lines, address.host):
+        return problem
+    if _from_trusted_proxy(address) and (forwarded := _first(address.forwarded_host)):
+        try:
+            parse_host(forwarded)
+        except HostError as exc:
+            return str(exc)
+    return None
+
+
+def host_header_error(lines: int, host: str) -> str | None:
+    """Why `lines` Host header lines, the first `host`, are refused (400), or None."""
+    if lines > 1:
+        return "the request has more than one Host header"
+    try:
+        if host:
+            parse_host(host)
+    except HostError as exc:
+        return str(exc)
+    return None
+
+
 def public_netloc(address: RequestAddress) -> str:
-    """host[:port] as the client addressed the relay, lowercase ("" when nothing names one)."""
+    """host[:port] as the client addressed the relay, lowercase ("" when nothing names one, or
+    what names it is no host: `host_error`)."""
     if settings.RELAY_PUBLIC_URL:
         return str(settings.RELAY_PUBLIC_URL).split("://", 1)[1]
     if _from_trusted_proxy(address):
         forwarded = _first(address.forwarded_host)
         if forwarded:
-            return forwarded
-    return (address.host or address.server).lower()
+            return _netloc(forwarded)
+    if address.host_lines > 1:
+        return ""
+    return _netloc(address.host or address.server)
+
+
+def _netloc(value: str) -> str:
+    try:
+        host, port = parse_host(value)
+    except HostError:
+        return ""
+    return host if port is None else f"{host}:{port}"
 
 
 def public_host(address: RequestAddress) -> str:
@@ -133,7 +206,9 @@ def public_host(address: RequestAddress) -> str:
 
 
 def host_without_port(netloc: str) -> str:
-    netloc = netloc.lower()
-    if netloc.startswith("["):  # IPv6 literal: [::1]:8000
-        return netloc[1:].split("]", 1)[0]
-    return netloc.split(":", 1)[0]
+    """The host of a valid host[:port] (an IPv6 literal without its brackets); "" otherwise."""
+    try:
+        host, _ = parse_host(netloc)
+    except HostError:
+        return ""
+    return host[1:-1] if host.startswith("[") else host

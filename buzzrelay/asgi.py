@@ -33,6 +33,7 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 from artifacts.ws.publish import publishing_finished_at_shutdown  # noqa: E402
 from artifacts.ws.routing import websocket_application  # noqa: E402
 from buzzrelay.body_limit import RequestBodyLimit  # noqa: E402
+from buzzrelay.connection_limits import HostCheck  # noqa: E402
 from buzzrelay.edge.front_door import FrontDoor  # noqa: E402
 from buzzrelay.request_metrics import RequestMetrics  # noqa: E402
 from buzzrelay.static_files import StaticFiles  # noqa: E402
@@ -51,7 +52,9 @@ def relay_http(django_app: Any = django_application) -> Any:
 def build_application() -> Any:
     """The relay's ASGI application.
 
-    HTTP: the staff pages' static files first (WhiteNoise's index, buzzrelay.static_files), then
+    Every request and handshake first has its Host checked (`HostCheck`: 400 for a Host that
+    is no host[:port], on every path). HTTP: the staff pages' static files first (WhiteNoise's
+    index, buzzrelay.static_files), then
     the relay's HTTP stack (`relay_http`); the WebSocket at `/` to the sync consumer. Around
     both, `RequestMetrics` times every request and counts the WebSockets (Prometheus), and
     `fleet_lifecycle` registers the process in the fleet registry (readiness item 4) when
@@ -60,10 +63,10 @@ def build_application() -> Any:
     """
     return publishing_finished_at_shutdown(fleet_lifecycle(
         RequestMetrics(
-            ProtocolTypeRouter({
+            HostCheck(ProtocolTypeRouter({
                 "http": StaticFiles(relay_http()),
                 "websocket": websocket_application,
-            })
+            }))
         )
     ))
 

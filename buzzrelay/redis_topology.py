@@ -9,12 +9,16 @@ reconnects to the promoted replica; meanwhile the callers take the fallbacks the
 Redis is down (buzzrelay.ratelimit). Only the master is used, never a replica: replicas lag,
 and a replay claim or a rate bucket read from one could be stale.
 
+Sentinels may ask for a password of their own (a sentinel's `requirepass`, which is not the
+master's): REDIS_SENTINEL_PASSWORD, or `user:password@` before the sentinels' addresses. Every
+client gives it to the sentinels only (their `sentinel_kwargs`), and REDIS_URL's to the master.
+
 Settings-level code: imports no Django.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -24,6 +28,7 @@ from redis.asyncio.sentinel import Sentinel
 __all__ = [
     "REDIS_TIMEOUT_SECONDS",
     "SentinelMaster",
+    "Sentinels",
     "async_redis",
     "channel_layer_host",
     "sentinel_cache_options",
@@ -34,7 +39,40 @@ __all__ = [
 # request falls back instead of waiting on a Redis that is gone.
 REDIS_TIMEOUT_SECONDS = 0.5
 
-Sentinels = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class Sentinels:
+    """The Redis Sentinels (REDIS_SENTINELS) and the credentials they ask for: one set for all
+    of them, because each client library takes one (`sentinel_kwargs`) for every sentinel.
+    False when there are none: the clients then use REDIS_URL as it is."""
+
+    addresses: tuple[tuple[str, int], ...] = ()
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    def __bool__(self) -> bool:
+        return bool(self.addresses)
+
+    def connection_kwargs(self) -> dict[str, Any]:
+        """redis-py's keyword arguments for a connection to a sentinel."""
+        kwargs: dict[str, Any] = {"socket_connect_timeout": REDIS_TIMEOUT_SECONDS,
+                                  "socket_timeout": REDIS_TIMEOUT_SECONDS}
+        if self.username:
+            kwargs["username"] = self.username
+        if self.password:
+            kwargs["password"] = self.password
+        return kwargs
+
+    @classmethod
+    def of_cache(cls, options: dict[str, Any]) -> Sentinels:
+        """The sentinels a django-redis cache's OPTIONS (sentinel_cache_options) name."""
+        kwargs = options.get("SENTINEL_KWARGS") or {}
+        return cls(
+            addresses=tuple((str(host), int(port)) for host, port in options.get("SENTINELS", ())),
+            username=kwargs.get("username"),
+            password=kwargs.get("password"),
+        )
 
 
 @dataclass(frozen=True)
@@ -75,11 +113,6 @@ def sentinel_master(url: str) -> SentinelMaster:
     )
 
 
-def _sentinel_kwargs() -> dict[str, Any]:
-    return {"socket_connect_timeout": REDIS_TIMEOUT_SECONDS,
-            "socket_timeout": REDIS_TIMEOUT_SECONDS}
-
-
 def sentinel_cache_options(sentinels: Sentinels) -> dict[str, Any]:
     """django-redis OPTIONS that find the cache's master through `sentinels` (none: {}).
 
@@ -89,8 +122,8 @@ def sentinel_cache_options(sentinels: Sentinels) -> dict[str, Any]:
         return {}
     return {
         "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
-        "SENTINELS": [list(address) for address in sentinels],
-        "SENTINEL_KWARGS": _sentinel_kwargs(),
+        "SENTINELS": [list(address) for address in sentinels.addresses],
+        "SENTINEL_KWARGS": sentinels.connection_kwargs(),
     }
 
 
@@ -101,8 +134,8 @@ def channel_layer_host(url: str, sentinels: Sentinels) -> str | dict[str, Any]:
     master = sentinel_master(url)
     return {
         "master_name": master.name,
-        "sentinels": [tuple(address) for address in sentinels],
-        "sentinel_kwargs": _sentinel_kwargs(),
+        "sentinels": list(sentinels.addresses),
+        "sentinel_kwargs": sentinels.connection_kwargs(),
         **master.connection_kwargs(),
     }
 
@@ -114,5 +147,5 @@ def async_redis(url: str, sentinels: Sentinels) -> redis.asyncio.Redis:
             url, socket_connect_timeout=REDIS_TIMEOUT_SECONDS, socket_timeout=REDIS_TIMEOUT_SECONDS
         )
     master = sentinel_master(url)
-    manager = Sentinel(list(sentinels), sentinel_kwargs=_sentinel_kwargs())
+    manager = Sentinel(list(sentinels.addresses), sentinel_kwargs=sentinels.connection_kwargs())
     return manager.master_for(master.name, **master.connection_kwargs())

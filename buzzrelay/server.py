@@ -9,6 +9,7 @@ when they changed.
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import sys
@@ -54,6 +55,12 @@ def uvicorn_options() -> dict[str, Any]:
     from django.conf import settings
 
     return {
+        # uvicorn's httptools and websockets-sansio protocols with the per-connection bounds
+        # uvicorn lacks (request head size, count and time; WebSocket reads only as fast as
+        # the client reads): buzzrelay/connection_limits.py, chosen by bench/connection_bounds.py.
+        "http": "buzzrelay.connection_limits:BoundedHttpToolsProtocol",
+        "ws": "buzzrelay.connection_limits:BoundedWebSocketProtocol",
+        "log_config": log_config(),
         # The ASGI lifespan registers the instance in the fleet and deregisters it on shutdown.
         "lifespan": "on",
         "log_level": "warning",
@@ -70,6 +77,19 @@ def uvicorn_options() -> dict[str, Any]:
         # No per-request access log: at 1,000 requests/s it is work and noise; errors are logged.
         "access_log": False,
     }
+
+
+def log_config() -> dict[str, Any]:
+    """uvicorn's logging, with the client's mistakes it logs (a traceback per invalid UTF-8
+    frame) cut to one rate-limited line (buzzrelay.logfilters.ClientGarbage)."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("filters", {})["client_garbage"] = {
+        "()": "buzzrelay.logfilters.ClientGarbage"
+    }
+    config["loggers"].setdefault("uvicorn.error", {})["filters"] = ["client_garbage"]
+    return config
 
 
 def run_server(*, host: str, port: int, workers: int = 1, out: TextIO = sys.stdout) -> None:

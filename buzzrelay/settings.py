@@ -21,6 +21,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 # psycopg prepares a statement after this many executions on a connection; explicit
 # `prepare=True` prepares at once. Effectively: only when asked.
 PREPARE_ONLY_WHEN_ASKED = 2**31 - 1
+# How long psycopg_pool keeps one reconnection series going (the `_pool` comment says why).
+POOL_RECONNECT_SECONDS = 2.0
 CONFIG = load_config()
 
 SECRET_KEY = CONFIG.secret_key
@@ -105,11 +107,27 @@ RELAY_APPLICATION_NAME = f"buzzrelay/{VERSION} stamps=1 key={CONFIG.relay_pubkey
 
 if CONFIG.database is not None:
     _db = CONFIG.database
+    # The one definition of both pools' parameters: Django's (below) and the asyncio pool of the
+    # fast reads (artifacts.selectors.async_reads takes these through artifacts.db.pool_options).
     _pool = {
         "min_size": 1,
         "max_size": CONFIG.database_pool_size,
         "timeout": 5,
         "max_idle": 300,
+        # An outage ends when PostgreSQL returns. psycopg_pool retries a lost connection 1, 2,
+        # 4, 8 ... s apart, doubling until `reconnect_timeout` (5 min by default): after a 60 s
+        # outage its next attempt could come 60 s after the database was back, the relay
+        # answering 503 all along. The pool has no public cap on the backoff (its
+        # AttemptWithBackoff is private and read as a module global; overriding
+        # `_add_connection` would copy private code), but `reconnect_timeout` is public: a
+        # short one ends each attempt's series after a second or two (delays 1 s, then at most
+        # the rest of the 2 s), and the pool gives the slot up. The next checkout then grows the
+        # pool with a fresh series that connects at once (psycopg_pool's `_maybe_grow_pool`),
+        # and checkouts keep coming during an outage (clients retry, /readyz is polled), so
+        # the first connection after the return is at most ~1 s away. No `reconnect_failed`
+        # callback restarts the series: without demand there is nothing to wait for, and an
+        # endless background series would only log.
+        "reconnect_timeout": POOL_RECONNECT_SECONDS,
         "check": ConnectionPool.check_connection,
     }
     DATABASES = {

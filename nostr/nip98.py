@@ -199,18 +199,18 @@ def _check_url(event: Event, url: str) -> None:
     signed_url = _single_tag(event, "u")
     if signed_url is None:
         raise Nip98Error("auth event has no u tag")
-    if signed_url == url:
-        return  # the usual case; URL parsing costs more than the rest of the checks
-    try:
-        signed = normalize_url(signed_url)
-    except ValueError:
-        raise Nip98Error("auth event u tag is not a valid http(s) URL") from None
+    # Both sides normalized, always: an exact-string shortcut would accept a `u` spelled as a
+    # request URL built from a bad Host (`host:port@evil`) without ever parsing it.
     try:
         requested = normalize_url(url)
     except ValueError:
         # The request URL is built from client input (the Host header may carry any port), so
         # an unusable one is the client's failure to authenticate, not a server error.
         raise Nip98Error("the request URL is not a valid http(s) URL") from None
+    try:
+        signed = normalize_url(signed_url)
+    except ValueError:
+        raise Nip98Error("auth event u tag is not a valid http(s) URL") from None
     if signed != requested:
         raise Nip98Error("auth event u tag does not match the request URL")
 

@@ -6,8 +6,10 @@ Three figures, each from what the relay already records:
   artifacts.services.stamp_lag) binned on a log scale, against the overlap (the margin rounds
   allow for late commits);
 - rounds over time: the fleet's per-minute round traffic (relayinfo.metrics.round_traffic, in
-  the shared cache): rounds finished, full rounds started (pages with `reset: true`: a client's
-  first round and every reset), pages served;
+  the shared cache): rounds finished, first rounds (a client with no token: cause `start`),
+  resets by cause (retired, epoch, expired, not_ready, view: a client that had a token and must
+  read everything again), pages served. First rounds are new clients; resets are the ones an
+  operator looks into, so they are never drawn as one line with them;
 - the fleet's timeline: each registered instance from its start to when it was last seen
   (`relay_instances`), the item-4 episodes (`fleet_episodes`) and the last sync-epoch move.
 
@@ -34,7 +36,10 @@ WIDTH, HEIGHT = 760, 220
 LEFT, RIGHT, TOP, BOTTOM = 56, 16, 16, 40
 # Bin edges of the lag histogram (milliseconds); the overlap is added as an edge of its own.
 LAG_EDGES_MS = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 15000, 60000)
-SERIES_COLOURS = {"rounds": "#417690", "resets": "#ba2121", "pages": "#999999"}
+SERIES_COLOURS = {"rounds": "#417690", "first": "#2e8540", "pages": "#999999"}
+# One colour per reset cause (relayinfo.metrics.RESET_CAUSES but "start", drawn as "first").
+RESET_COLOURS = {"retired": "#ba2121", "epoch": "#e0a000", "expired": "#8e44ad",
+                 "not_ready": "#d35400", "view": "#c2185b"}
 TIMELINE_HOURS = 24
 TIMELINE_INSTANCES = 12  # the most recently seen
 
@@ -118,32 +123,43 @@ def lag_plot(bins: Sequence[LagBin], *, overlap_ms: float) -> SafeString:
 
 
 def traffic_plot(minutes: Sequence[MinuteTraffic]) -> SafeString:
-    """Per-minute lines: rounds finished, full rounds started, pages served."""
+    """Per-minute lines: rounds finished, first rounds, pages served, and one line per reset
+    cause seen in the window (the legend names every cause with its total)."""
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    peak = max((max(m.rounds, m.resets, m.pages) for m in minutes), default=0) or 1
+    series: list[tuple[str, str, str, list[int]]] = [
+        ("rounds", "rounds finished", SERIES_COLOURS["rounds"], [m.rounds for m in minutes]),
+        ("first", "first rounds", SERIES_COLOURS["first"], [m.caused("start") for m in minutes]),
+        ("pages", "pages", SERIES_COLOURS["pages"], [m.pages for m in minutes]),
+    ]
+    for cause, colour in RESET_COLOURS.items():
+        counts = [m.caused(cause) for m in minutes]
+        if any(counts):
+            series.append((f"reset-{cause}", f"resets: {cause}", colour, counts))
+    peak = max((max(values, default=0) for *_, values in series), default=0) or 1
     step = plot_w / max(1, len(minutes) - 1)
     body = [f'<line x1="{LEFT}" y1="{TOP + plot_h}" x2="{LEFT + plot_w}" y2="{TOP + plot_h}"'
             ' stroke="currentColor" stroke-width="1"/>']
-    for name, colour in SERIES_COLOURS.items():
+    for name, _label, colour, values in series:
         points = " ".join(
-            f"{LEFT + i * step:.1f},{TOP + plot_h - getattr(m, name) / peak * plot_h:.1f}"
-            for i, m in enumerate(minutes)
+            f"{LEFT + i * step:.1f},{TOP + plot_h - value / peak * plot_h:.1f}"
+            for i, value in enumerate(values)
         )
-        total = sum(getattr(m, name) for m in minutes)
-        body.append(f'<polyline class="series-{name}" data-total="{total}" points="{points}"'
-                    f' fill="none" stroke="{colour}" stroke-width="2"/>')
-    labels = {"rounds": "rounds finished", "resets": "full rounds started", "pages": "pages"}
-    for i, (name, colour) in enumerate(SERIES_COLOURS.items()):
-        lx = LEFT + 10 + i * 170
-        body.append(f'<rect x="{lx}" y="{TOP}" width="10" height="10" fill="{colour}"/>')
-        body.append(_text(lx + 14, TOP + 9, labels[name], anchor="start"))
+        body.append(f'<polyline class="series-{name}" data-total="{sum(values)}"'
+                    f' points="{points}" fill="none" stroke="{colour}" stroke-width="2"/>')
+    legend = [(label, colour, sum(values)) for _name, label, colour, values in series]
+    if len(series) == 3:
+        legend.append(("no resets", RESET_COLOURS["retired"], 0))
+    for i, (label, colour, total) in enumerate(legend):
+        lx, ly = LEFT + 10 + (i % 4) * 170, TOP + (i // 4) * 14
+        body.append(f'<rect x="{lx}" y="{ly}" width="10" height="10" fill="{colour}"/>')
+        body.append(_text(lx + 14, ly + 9, f"{label} ({total})", anchor="start"))
     if minutes:
         body.append(_text(LEFT, TOP + plot_h + 14, minutes[0].start.strftime("%H:%M UTC")))
         body.append(_text(LEFT + plot_w, TOP + plot_h + 14, minutes[-1].start.strftime("%H:%M UTC"),
                           anchor="end"))
     body.append(_text(LEFT - 6, TOP + 10, str(peak), anchor="end"))
     body.append(_text(LEFT + plot_w / 2, HEIGHT - 6, "per minute, whole fleet"))
-    return _svg("Rounds, full rounds and pages per minute", body)
+    return _svg("Rounds, first rounds, resets by cause and pages per minute", body)
 
 
 def fleet_timeline(*, refresh_seconds: float) -> SafeString:

@@ -25,7 +25,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -130,6 +130,8 @@ RESET_CAUSES = ("start", "retired", "epoch", "expired", "not_ready", "view")
 ROUND_KINDS = ("full", "continuation")
 HUB_DROP_CAUSES = ("lost", "stale", "slow_client")
 _RESETS_BY_CAUSE = {cause: RESETS.labels(cause) for cause in RESET_CAUSES}
+# Every per-minute name in the shared cache: the counters, the maxima, the resets by cause.
+MINUTE_NAMES = (*COUNTERS, *MAXIMA, *(f"resets_{cause}" for cause in RESET_CAUSES))
 _ROUNDS_BY_KIND = {kind: ROUNDS.labels(kind) for kind in ROUND_KINDS}
 HUB_DROPS_LOST = HUB_DROPS.labels("lost")
 HUB_DROPS_STALE = HUB_DROPS.labels("stale")
@@ -161,6 +163,8 @@ class _Minute:
     fence_sum_us: int = 0
     rows_max: int = 0
     fence_max_us: int = 0
+    # Resets by cause (RESET_CAUSES), so the plot tells first rounds ("start") from resets.
+    reset_causes: dict[str, int] = field(default_factory=dict)
 
 
 _lock = threading.Lock()
@@ -188,7 +192,6 @@ def record_round(
     instead (an event loop must not wait on the cache: it runs `flush_metrics` in a thread).
     """
     global _last_flush
-    reset = reset_cause is not None
     now = time.time()
     fence_us = max(0, int(fence_lag_ms * 1000))
     with _lock:
@@ -198,8 +201,9 @@ def record_round(
         bucket.rows_max = max(bucket.rows_max, rows)
         bucket.fence_sum_us += fence_us
         bucket.fence_max_us = max(bucket.fence_max_us, fence_us)
-        if reset:
+        if reset_cause is not None:
             bucket.resets += 1
+            bucket.reset_causes[reset_cause] = bucket.reset_causes.get(reset_cause, 0) + 1
         if more is False:
             bucket.rounds += 1
         due = (now - _last_flush >= FLUSH_SECONDS or len(_pending) > 1) and now >= _down_until
@@ -262,9 +266,14 @@ def _key(minute: int, name: str) -> str:
     return f"{KEY_PREFIX}:{minute}:{name}"
 
 
+def _cause_key(cause: str) -> str:
+    return f"resets_{cause}"
+
+
 def _flush_bucket(minute: int, bucket: _Minute) -> None:
-    for name in COUNTERS:
-        delta = getattr(bucket, name)
+    deltas = [(name, getattr(bucket, name)) for name in COUNTERS]
+    deltas += [(_cause_key(cause), count) for cause, count in bucket.reset_causes.items()]
+    for name, delta in deltas:
         if delta:
             key = _key(minute, name)
             cache.add(key, 0, BUCKET_TTL_SECONDS)
@@ -287,10 +296,15 @@ class MinuteTraffic:
     rows_max: int
     fence_avg_ms: float | None
     fence_max_ms: float | None
+    # Of `resets`, how many each cause started (RESET_CAUSES order; "start": first rounds).
+    resets_by_cause: tuple[tuple[str, int], ...] = ()
 
     @property
     def rows_per_page(self) -> float | None:
         return self.rows / self.pages if self.pages else None
+
+    def caused(self, cause: str) -> int:
+        return dict(self.resets_by_cause).get(cause, 0)
 
 
 @dataclass(frozen=True)
@@ -361,7 +375,7 @@ def round_traffic(*, minutes: int = 60) -> RoundTraffic:
     span = range(now_minute - minutes + 1, now_minute + 1)
     if now >= _down_until:
         flush_metrics()
-        keys = [_key(m, name) for m in span for name in (*COUNTERS, *MAXIMA)]
+        keys = [_key(m, name) for m in span for name in MINUTE_NAMES]
         try:
             values = cache.get_many(keys)
         except Exception as exc:
@@ -382,6 +396,9 @@ def round_traffic(*, minutes: int = 60) -> RoundTraffic:
                 rows_max=get("rows_max"),
                 fence_avg_ms=get("fence_sum_us") / 1000 / pages if pages else None,
                 fence_max_ms=get("fence_max_us") / 1000 if pages else None,
+                resets_by_cause=tuple(
+                    (cause, get(_cause_key(cause))) for cause in RESET_CAUSES
+                ),
             )
         )
     return RoundTraffic(minutes=minutes, per_minute=tuple(rows))

@@ -87,3 +87,15 @@ def _sessions_keep_the_relays_name() -> object:
             else:
                 options(alias)["application_name"] = name
             close_with_pool(connections[alias])
+
+
+# Tests that start PostgreSQL and Redis of their own (the fault deployment's embedded servers,
+# fleets, the soak): DATABASE_URL and REDIS_URL do not reach them, so a second suite run against
+# other servers would only repeat them. `.ci/run` runs them once (`-m "not own_engines"`).
+OWN_ENGINES = ("tests/faults/", "tests/fleet/")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(OWN_ENGINES):
+            item.add_marker(pytest.mark.own_engines)

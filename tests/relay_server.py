@@ -62,6 +62,14 @@ class RelayProcess:
         except OSError:
             return ""
 
+    def rss(self) -> int:
+        """The server process's resident memory in bytes, from /proc (one worker: `serve`
+        runs uvicorn in this very process)."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS in /proc")
+
     def wait_healthy(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

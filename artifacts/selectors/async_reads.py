@@ -25,7 +25,7 @@ from psycopg import sql
 from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from artifacts.db import psycopg_connect_kwargs, server_spoke_while_idle
+from artifacts.db import pool_options, psycopg_connect_kwargs, server_spoke_while_idle
 from artifacts.models import Community
 from artifacts.selectors.budget import read_settings_sql
 from artifacts.selectors.communities import (
@@ -84,10 +84,8 @@ async def connection_pool() -> AsyncConnectionPool:
     if pool is None:
         pool = AsyncConnectionPool(
             kwargs={**psycopg_connect_kwargs(), "autocommit": True},
-            min_size=1,
-            max_size=settings.CONFIG.database_pool_size,
-            timeout=5,
-            max_idle=300,
+            # Django's pool's sizes, timeouts and reconnection bound (one definition).
+            **pool_options(),
             check=_check_unless_recently_used,
             configure=configure_connection,
             open=False,

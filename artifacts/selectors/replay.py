@@ -118,11 +118,15 @@ def replay_events(
     since: int | None = None,
     until: int | None = None,
     limit: int,
+    after: tuple[int, str] | None = None,
     caught_up_to: str | None = None,
 ) -> list[ReplayRow]:
     """The stored events one NIP-01 filter replays, newest first (`created_at` desc, id asc).
 
-    `None` for a predicate means absent; an empty collection matches nothing. The replay runs
+    `None` for a predicate means absent; an empty collection matches nothing. `after` is the
+    last row of the previous page (its `created_at` and id): the replay is read page by page as
+    the connection drains (artifacts.ws.consumer), each page starting below the one before in
+    that order (keyset pagination, so a page costs the same however deep it is). The replay runs
     beside a live subscription registered before it: a standby serves it only once it has
     replayed `caught_up_to` (the primary's position read after the subscription was registered,
     artifacts.selectors.standby.primary_position), so nothing falls between the two.
@@ -130,6 +134,7 @@ def replay_events(
     statement = replay_statement(
         community_id=community_id, pubkeys=pubkeys, kinds=kinds, ids=ids, authors=authors,
         channels=channels, artifacts=artifacts, since=since, until=until, limit=limit,
+        after=after,
     )
     if statement is None:
         return []
@@ -152,6 +157,7 @@ def replay_statement(
     since: int | None,
     until: int | None,
     limit: int,
+    after: tuple[int, str] | None = None,
 ) -> tuple[str, dict[str, Any]] | None:
     """`replay_events`' one statement and its parameters; None when nothing can match."""
     if limit <= 0 or any(v is not None and not v for v in (ids, authors, channels, artifacts)):
@@ -178,6 +184,14 @@ def replay_statement(
         common.append("AND e.created_at <= %(until)s")
     head_predicates: list[str] = []  # on the heads, before their events are joined
     marker_predicates = list(common)
+    if after is not None:
+        # Past the previous page in the replay's order (created_at desc, event_id asc).
+        params["after_at"], params["after_id"] = after
+        for alias, predicates in (("h", head_predicates), ("e", marker_predicates)):
+            predicates.append(
+                f"AND ({alias}.created_at < %(after_at)s OR ({alias}.created_at = %(after_at)s"
+                f" AND {alias}.event_id > %(after_id)s))"
+            )
     if artifacts is not None:
         params["artifacts"] = [UUID(a) for a in artifacts]
         params["artifact_texts"] = sorted(artifacts)

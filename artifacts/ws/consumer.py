@@ -71,6 +71,17 @@ MAX_PUBKEYS = 32  # authenticated pubkeys per connection
 MAX_OUTBOX_LIVE = 1000
 MAX_OUTBOX_BYTES = 16 * 1024 * 1024
 MAX_PENDING_LIVE = 1000  # live frames held back while a subscription replays
+# A replay is read in pages of about REPLAY_PAGE_BYTES (the rows per page follow the sizes
+# seen, within REPLAY_MIN_PAGE..REPLAY_MAX_PAGE; the first page, sizes unknown, is small enough
+# at the largest events), each frame queued only while the outbox holds at most REPLAY_WINDOW
+# bytes: a replay holds about the window and a page per connection, whatever its size (the
+# issue-37 measurement: queued at once, 8 non-reading clients of a 48 MiB channel held
+# +512-685 MiB, and a reading one was closed for passing the outbox bound before EOSE).
+REPLAY_WINDOW = 1024 * 1024
+REPLAY_PAGE_BYTES = 512 * 1024
+REPLAY_FIRST_PAGE = 16
+REPLAY_MIN_PAGE = 16
+REPLAY_MAX_PAGE = 500
 CLOSE_GOING_AWAY = 1001
 GOING_AWAY_REASON = "going away: the relay instance is shutting down"
 CLOSE_POLICY = 1008
@@ -350,7 +361,7 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             # live (held in `pending` until EOSE).
             self.subs[sub_id] = sub
             self._count_subscriptions()
-            rows = await run_db(self._replay_rows, sub.filters, frozenset(self.pubkeys))
+            replayed = await self._replay(sub)
         except DatabaseError as exc:
             logger.warning("WebSocket REQ failed: %s", exc)
             if self.subs.get(sub_id) is sub:
@@ -358,12 +369,8 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                 self._count_subscriptions()
             self._reply(closed(sub_id, "error: the relay could not read; retry later"))
             return
-        if self.subs.get(sub_id) is not sub:
-            return  # closed or replaced meanwhile
-        replayed = set()
-        for _, event_id, raw in rows:
-            replayed.add(event_id)
-            self._reply(event_frame(sub.prefix, raw))
+        if replayed is None:
+            return  # closed or replaced meanwhile, or the connection is closing
         self._reply(eose(sub_id))
         pending, sub.pending = sub.pending or [], None
         assert self.outbox is not None
@@ -373,34 +380,87 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         if sub.pending_dropped:
             self.outbox.drop_counted(sub.pending_dropped)
 
-    def _replay_rows(
-        self, filters: tuple[Filter, ...], pubkeys: frozenset[str]
-    ) -> list[ReplayRow]:
-        """Each filter's replay (its own `limit`), de-duplicated across filters.
+    def _replaying(self, sub: Subscription) -> bool:
+        return not self.closing and self.subs.get(sub.sub_id) is sub
+
+    async def _replay(self, sub: Subscription) -> set[str] | None:
+        """Send the subscription's stored events (each filter's replay with its own `limit`,
+        de-duplicated across filters) page by page: a page is read only once the client has
+        read the frames before it down to the window (and a frame is queued only below it), so
+        a replay of any size reaches a client that reads, and a client that does not costs at
+        most the window, a frame and the page's rows.
+        The ids sent; None when the subscription or the connection ended meanwhile."""
+        assert self.outbox is not None
+        pubkeys = frozenset(self.pubkeys)
+        position: str | None = None
+        first = True
+        sent: set[str] = set()
+        rows = REPLAY_FIRST_PAGE
+        # Within the outbox's bound, with room for a frame of the largest size above it.
+        window = min(REPLAY_WINDOW, self.outbox.max_bytes // 2)
+        for flt in sub.filters:
+            after: tuple[int, str] | None = None
+            remaining = flt.limit
+            while remaining > 0:
+                if not await self.outbox.below(window) or not self._replaying(sub):
+                    return None
+                asked = min(rows, remaining)
+                position, page = await run_db(
+                    self._replay_page, flt, pubkeys, asked, after, position, first
+                )
+                first = False
+                if not self._replaying(sub):
+                    return None
+                size = 0
+                for _, event_id, raw in page:
+                    size += len(raw)
+                    if event_id in sent:
+                        continue
+                    if self.outbox.queued_bytes > window and (
+                        not await self.outbox.below(window) or not self._replaying(sub)
+                    ):
+                        return None
+                    sent.add(event_id)
+                    self._reply(event_frame(sub.prefix, raw))
+                if len(page) < asked:
+                    break
+                remaining -= len(page)
+                after = page[-1][0], page[-1][1]
+                # Rows per page from the rows seen: about REPLAY_PAGE_BYTES a page.
+                rows = max(REPLAY_MIN_PAGE, min(REPLAY_MAX_PAGE,
+                                                REPLAY_PAGE_BYTES * len(page) // max(size, 1)))
+        return sent
+
+    def _replay_page(
+        self,
+        flt: Filter,
+        pubkeys: frozenset[str],
+        rows: int,
+        after: tuple[int, str] | None,
+        position: str | None,
+        first: bool,
+    ) -> tuple[str | None, list[ReplayRow]]:
+        """One page of a filter's replay, and the primary's position it was read at.
 
         The subscription is already registered: a standby may serve the replay once it has
-        replayed what the primary had committed by now, and later commits arrive live."""
-        position = primary_position()
-        seen: set[str] = set()
-        rows: list[ReplayRow] = []
-        for flt in filters:
-            for row in replay_events(
-                community_id=self.community_id,
-                pubkeys=pubkeys,
-                kinds=flt.kinds,
-                ids=flt.ids,
-                authors=flt.authors,
-                channels=flt.channels,
-                artifacts=flt.artifacts,
-                since=flt.since,
-                until=flt.until,
-                limit=flt.limit,
-                caught_up_to=position,
-            ):
-                if row[1] not in seen:
-                    seen.add(row[1])
-                    rows.append(row)
-        return rows
+        replayed what the primary had committed when the first page was asked for (read then),
+        and later commits arrive live."""
+        if first:
+            position = primary_position()
+        return position, replay_events(
+            community_id=self.community_id,
+            pubkeys=pubkeys,
+            kinds=flt.kinds,
+            ids=flt.ids,
+            authors=flt.authors,
+            channels=flt.channels,
+            artifacts=flt.artifacts,
+            since=flt.since,
+            until=flt.until,
+            limit=rows,
+            after=after,
+            caught_up_to=position,
+        )
 
     async def _any_readable(
         self, hub: SyncHub, channel_ids: frozenset[str], *, fresh: bool = False

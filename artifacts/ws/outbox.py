@@ -10,6 +10,11 @@ Two kinds of frames share one FIFO, so a client sees them in the order the relay
   NOTICE telling the client to run an HTTP round (at most one per `NOTICE_INTERVAL` seconds:
   losses during an overload are summed, not announced one by one).
 
+A REQ's replay is not queued at once: `below` lets the replay wait until the client has read
+the previous page (artifacts.ws.consumer), so a replay of any size holds at most a page beyond
+that mark. A client that reads nothing at all is dropped by the server (the stall limit of
+buzzrelay.connection_limits), which closes the outbox and wakes the replay.
+
 Sending is eager: when nothing is queued, `put_*` starts the drain as an eager task, which runs
 synchronously until the server's send would wait (its socket buffer is full). For a client that
 keeps up, a live event goes out inside the hub's fan-out loop with no task switch; only a slow
@@ -48,6 +53,9 @@ class Outbox:
         self._notice_timer: asyncio.TimerHandle | None = None
         self.dropped = 0
         self.closed = False
+        # The replay waiting in `below`: its mark and the future the drain resolves.
+        self._room_mark = 0
+        self._room: asyncio.Future[None] | None = None
 
     @property
     def queued_bytes(self) -> int:
@@ -88,9 +96,26 @@ class Outbox:
         self.dropped += count
         self._kick()
 
+    async def below(self, mark: int) -> bool:
+        """Wait until at most `mark` bytes are queued; False once the outbox is closed."""
+        while not self.closed and self._bytes > mark:
+            self._room_mark = mark
+            self._room = asyncio.get_running_loop().create_future()
+            try:
+                await self._room
+            finally:
+                self._room = None
+        return not self.closed
+
+    def _wake(self) -> None:
+        if self._room is not None and not self._room.done():
+            self._room.set_result(None)
+
     def close(self) -> None:
         self.closed = True
         self._queue.clear()
+        self._bytes = 0
+        self._wake()
         if self._drain is not None:
             self._drain.cancel()
         if self._notice_timer is not None:
@@ -111,6 +136,8 @@ class Outbox:
                     self._bytes -= len(frame)
                     if live:
                         self._live -= 1
+                    if self._room is not None and self._bytes <= self._room_mark:
+                        self._wake()
                     await self.send(frame)
                 elif self.dropped:
                     now = asyncio.get_running_loop().time()
@@ -133,6 +160,8 @@ class Outbox:
             logger.debug("WebSocket send failed: %s", exc)
             self.closed = True
             self._queue.clear()
+            self._bytes = 0
+            self._wake()
         finally:
             self._drain = None
 

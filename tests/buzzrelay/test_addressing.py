@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from django.test import RequestFactory, override_settings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from artifacts.ws import scope as ws_scope
-from buzzrelay import http
+from buzzrelay import addressing, http
 
 PEERS = st.sampled_from(["10.0.0.5", "192.0.2.9", "::1", "not-an-ip"])
 HOSTS = st.sampled_from(["", "Team.Example", "team.example:8443", "[::1]:8000", "other.example"])
@@ -82,3 +83,59 @@ def test_forwarded_headers_count_only_from_a_trusted_proxy() -> None:
     assert ws_scope.client_address(stranger) == "192.0.2.1"
     assert ws_scope.public_host(stranger) == "inner"
     assert ws_scope.public_relay_url(stranger) == "ws://inner:8000/"
+
+
+BAD_HOSTS = [
+    "127.0.0.1:8000@evil.example",  # user info
+    "evil.example@127.0.0.1",
+    "127.0.0.1:abc",  # no number
+    "127.0.0.1:99999",  # out of range
+    "127.0.0.1:0",
+    "127.0.0.1:",
+    "team.example,other.example",  # two Host lines, as Django joins them
+    "team.example/path",
+    "team .example",
+    "[::1",
+]
+
+
+@pytest.mark.parametrize("host", BAD_HOSTS)
+def test_a_host_that_is_no_host_is_refused_and_names_no_community(host: str) -> None:
+    with pytest.raises(addressing.HostError):
+        addressing.parse_host(host)
+    scope = _scope("192.0.2.9", host, {}, False)
+    assert addressing.host_error(addressing.RequestAddress.of_scope(scope))
+    # Nothing downstream reads a community or a URL out of it.
+    assert ws_scope.public_host(scope) == ""
+    request = RequestFactory().get("/", HTTP_HOST=host, REMOTE_ADDR="192.0.2.9")
+    assert http.request_host(request) == ""
+
+
+@pytest.mark.parametrize(("host", "parsed", "public"), [
+    ("Team.Example", ("team.example", None), "team.example"),
+    ("team.example:8443", ("team.example", 8443), "team.example"),
+    ("[::1]:8000", ("[::1]", 8000), "::1"),
+    ("127.0.0.1:65535", ("127.0.0.1", 65535), "127.0.0.1"),
+])
+def test_hosts_parse_to_host_and_port(
+    host: str, parsed: tuple[str, int | None], public: str
+) -> None:
+    assert addressing.parse_host(host) == parsed
+    scope = _scope("192.0.2.9", host, {}, False)
+    assert addressing.host_error(addressing.RequestAddress.of_scope(scope)) is None
+    assert ws_scope.public_host(scope) == public
+
+
+def test_two_host_lines_are_refused_even_when_both_are_hosts() -> None:
+    scope = _scope("192.0.2.9", "team.example", {}, False)
+    scope["headers"].append((b"host", b"other.example"))
+    address = addressing.RequestAddress.of_scope(scope)
+    assert addressing.host_error(address) == "the request has more than one Host header"
+    assert addressing.public_host(address) == ""
+
+
+@override_settings(RELAY_TRUSTED_PROXIES=("10.0.0.0/8",))
+def test_a_trusted_proxys_forwarded_host_goes_through_the_same_parser() -> None:
+    scope = _scope("10.0.0.5", "inner", {"X-Forwarded-Host": "public.example:abc"}, False)
+    assert addressing.host_error(addressing.RequestAddress.of_scope(scope))
+    assert ws_scope.public_host(scope) == ""

@@ -302,7 +302,16 @@ def test_transaction_pooling_needs_a_direct_url_and_turns_prepared_statements_of
          "REDIS_SENTINELS needs REDIS_URL=redis://<master name>/<db> (its host part names the"
          " master the sentinels monitor)"),
         ({"REDIS_URL": "redis://mymaster/0", "REDIS_SENTINELS": "10.0.0.1:26379,10.0.0.2"},
-         "REDIS_SENTINELS must be host:port[,host:port...] (got '10.0.0.2')"),
+         "REDIS_SENTINELS must be [[user]:password@]host:port[,host:port...] (got '10.0.0.2')"),
+        ({"REDIS_URL": "redis://mymaster/0", "REDIS_SENTINELS": "secret@10.0.0.1:26379"},
+         "REDIS_SENTINELS takes the sentinels' credentials as [user]:password@ before the"
+         " addresses (a URL's form)"),
+        ({"REDIS_URL": "redis://mymaster/0", "REDIS_SENTINELS": ":a@10.0.0.1:26379",
+          "REDIS_SENTINEL_PASSWORD": "b"},
+         "set the sentinels' password in REDIS_SENTINEL_PASSWORD or in REDIS_SENTINELS, not"
+         " both"),
+        ({"REDIS_URL": "redis://mymaster/0", "REDIS_SENTINEL_PASSWORD": "b"},
+         "REDIS_SENTINEL_PASSWORD needs REDIS_SENTINELS"),
     ],
 )
 def test_bad_pooler_and_sentinel_values_are_refused(
@@ -314,7 +323,30 @@ def test_bad_pooler_and_sentinel_values_are_refused(
 def test_sentinels_are_listed(clean_environment: pytest.MonkeyPatch) -> None:
     clean_environment.setenv("REDIS_URL", "redis://:secret@mymaster/3")
     clean_environment.setenv("REDIS_SENTINELS", "10.0.0.1:26379, [fd00::2]:26380")
-    assert read_config().redis_sentinels == (("10.0.0.1", 26379), ("fd00::2", 26380))
+    sentinels = read_config().redis_sentinels
+    assert sentinels.addresses == (("10.0.0.1", 26379), ("fd00::2", 26380))
+    # REDIS_URL's password is the master's: the sentinels ask for none unless told.
+    assert (sentinels.username, sentinels.password) == (None, None)
+
+
+def test_the_sentinels_password_is_read_from_its_variable_its_file_or_the_list(
+    clean_environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    clean_environment.setenv("REDIS_URL", "redis://:master@mymaster/3")
+    clean_environment.setenv("REDIS_SENTINELS", "10.0.0.1:26379,10.0.0.2:26379")
+    clean_environment.setenv("REDIS_SENTINEL_PASSWORD", "s3cret")
+    assert read_config().redis_sentinels.password == "s3cret"
+    clean_environment.delenv("REDIS_SENTINEL_PASSWORD")
+    (tmp_path / "pw").write_text("from-file\n")
+    clean_environment.setenv("REDIS_SENTINEL_PASSWORD_FILE", str(tmp_path / "pw"))
+    assert read_config().redis_sentinels.password == "from-file"
+    clean_environment.delenv("REDIS_SENTINEL_PASSWORD_FILE")
+    clean_environment.setenv("REDIS_SENTINELS", "watcher:p%40ss@10.0.0.1:26379,[fd00::2]:26380")
+    sentinels = read_config().redis_sentinels
+    assert (sentinels.username, sentinels.password) == ("watcher", "p@ss")
+    assert sentinels.addresses == (("10.0.0.1", 26379), ("fd00::2", 26380))
+    clean_environment.setenv("REDIS_SENTINELS", ":only-pw@10.0.0.1:26379")
+    assert read_config().redis_sentinels.username is None
 
 
 def test_console_defaults_and_values(clean_environment: pytest.MonkeyPatch) -> None:

@@ -8,20 +8,22 @@ from redis.asyncio.sentinel import SentinelConnectionPool
 
 from buzzrelay.redis_topology import (
     REDIS_TIMEOUT_SECONDS,
+    Sentinels,
     async_redis,
     channel_layer_host,
     sentinel_cache_options,
     sentinel_master,
 )
 
-SENTINELS = (("127.0.0.1", 26379), ("127.0.0.2", 26380))
+ADDRESSES = (("127.0.0.1", 26379), ("127.0.0.2", 26380))
+SENTINELS = Sentinels(ADDRESSES)
 
 
 def test_without_sentinels_every_client_uses_the_url() -> None:
     url = "redis://cache:6379/2"
-    assert sentinel_cache_options(()) == {}
-    assert channel_layer_host(url, ()) == url
-    client = async_redis(url, ())
+    assert sentinel_cache_options(Sentinels()) == {}
+    assert channel_layer_host(url, Sentinels()) == url
+    client = async_redis(url, Sentinels())
     assert client.connection_pool.connection_kwargs["host"] == "cache"
     assert client.connection_pool.connection_kwargs["db"] == 2
 
@@ -43,9 +45,30 @@ def test_with_sentinels_every_client_asks_them_for_the_master_only() -> None:
     host = channel_layer_host(url, SENTINELS)
     assert isinstance(host, dict)
     assert (host["master_name"], host["db"], host["password"]) == ("mymaster", 1, "pw")
-    assert host["sentinels"] == list(SENTINELS)
+    assert host["sentinels"] == list(ADDRESSES)
     client = async_redis(url, SENTINELS)
     pool = client.connection_pool
     assert isinstance(pool, SentinelConnectionPool)
     assert pool.service_name == "mymaster" and pool.is_master
     assert pool.connection_kwargs["socket_timeout"] == REDIS_TIMEOUT_SECONDS
+
+
+def test_the_sentinels_password_goes_to_the_sentinels_and_the_urls_to_the_master() -> None:
+    url = "redis://:master-pw@mymaster/1"
+    sentinels = Sentinels(ADDRESSES, username="watcher", password="sentinel-pw")
+    options = sentinel_cache_options(sentinels)
+    assert options["SENTINEL_KWARGS"]["password"] == "sentinel-pw"
+    assert options["SENTINEL_KWARGS"]["username"] == "watcher"
+    assert Sentinels.of_cache(options) == sentinels
+    host = channel_layer_host(url, sentinels)
+    assert isinstance(host, dict)
+    assert host["sentinel_kwargs"]["password"] == "sentinel-pw"
+    assert host["password"] == "master-pw"
+    client = async_redis(url, sentinels)
+    pool = client.connection_pool
+    assert isinstance(pool, SentinelConnectionPool)
+    assert pool.connection_kwargs["password"] == "master-pw"
+    for sentinel in pool.sentinel_manager.sentinels:
+        kwargs = sentinel.connection_pool.connection_kwargs
+        assert (kwargs["username"], kwargs["password"]) == ("watcher", "sentinel-pw")
+    assert "sentinel-pw" not in repr(sentinels)

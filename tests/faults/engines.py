@@ -120,9 +120,11 @@ def start_pgbouncer(root: Path, *, postgres_port: int, pool_mode: str, pool_size
 class RedisNode:
     process: subprocess.Popen[bytes]
     port: int
+    password: str | None = None  # its `requirepass`
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host=HOST, port=self.port, socket_timeout=2, decode_responses=True)
+        return redis.Redis(host=HOST, port=self.port, password=self.password, socket_timeout=2,
+                           decode_responses=True)
 
     def kill(self) -> None:
         _stop(self.process, signal.SIGKILL)
@@ -176,9 +178,11 @@ def _redis_node(folder: Path, name: str, *extra: str) -> RedisNode:
     return RedisNode(process, port)
 
 
-def start_sentinel_set(root: Path, *, sentinels: int = 3) -> SentinelSet:
+def start_sentinel_set(root: Path, *, sentinels: int = 3, password: str | None = None
+                       ) -> SentinelSet:
     """A master, a replica of it, and `sentinels` sentinels (quorum: a majority) that declare
-    the master down after one second without an answer."""
+    the master down after one second without an answer; with `password`, the sentinels ask for
+    it (their `requirepass`, and what they give each other), the Redis servers for none."""
     folder = root / "sentinel-set"
     folder.mkdir()
     master = _redis_node(folder, "master")
@@ -199,13 +203,14 @@ def start_sentinel_set(root: Path, *, sentinels: int = 3) -> SentinelSet:
             f"sentinel down-after-milliseconds {name} 1000\n"
             f"sentinel failover-timeout {name} 10000\n"
             f"sentinel parallel-syncs {name} 1\n"
+            + (f"requirepass {password}\nsentinel sentinel-pass {password}\n" if password else "")
         )
         process = subprocess.Popen(
             [binary, str(conf)], stdout=(folder / f"sentinel-{index}.log").open("ab"),
             stderr=subprocess.STDOUT,
         )
         wait_until(partial(_port_open, port), timeout=15)
-        nodes.append(RedisNode(process, port))
+        nodes.append(RedisNode(process, port, password))
     topology = SentinelSet(master, replica, nodes, name, folder)
 
     def all_see_the_replica() -> bool:

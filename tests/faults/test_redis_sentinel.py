@@ -1,10 +1,12 @@
 """Redis behind Debian's Redis Sentinel, and a failover under traffic (issue 18).
 
-A master, its replica and three sentinels; two relays configured with the sentinels
-(REDIS_SENTINELS, REDIS_URL naming the master). The master is killed: the sentinels promote the
-replica, and the channel layer, the rate limiter, the replay claims and the cache follow it.
-Meanwhile writes are accepted (Redis is not on a write's path: live fan-out pauses, PROTOCOL.md
-section 5) and live delivery across the relays resumes after the failover.
+A master, its replica and three sentinels that ask for a password of their own; two relays
+configured with the sentinels (REDIS_SENTINELS, REDIS_URL naming the master), one given the
+sentinels' password in REDIS_SENTINEL_PASSWORD, the other in REDIS_SENTINELS' URL form. The
+master is killed: the sentinels promote the replica, and the channel layer, the rate limiter,
+the replay claims and the cache follow it. Meanwhile writes are accepted (Redis is not on a
+write's path: live fan-out pauses, PROTOCOL.md section 5) and live delivery across the relays
+resumes after the failover.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import orjson
 import pytest
+import redis
 
 from nostr.nip98 import make_nip98_header
 from tests.faults.clients import Client, WsClient, d_of
-from tests.faults.deployment import Deployment, Relay
+from tests.faults.deployment import HOST, Deployment, Relay
 from tests.faults.engines import SentinelSet, start_sentinel_set, wait_for_failover
 from tests.faults.waits import wait_until
 
@@ -28,19 +32,25 @@ pytestmark = pytest.mark.slow
 KINDS = [45010, 45011]
 
 
+# A sentinel's password is not the master's (the master here asks for none): the relays must
+# give it to the sentinels, and only to them.
+SENTINEL_PASSWORD = "sentinel@s3cret"
+
+
 @pytest.fixture(scope="module")
 def topology(dep: Deployment) -> Iterator[SentinelSet]:
-    started = start_sentinel_set(dep.root, sentinels=3)
+    started = start_sentinel_set(dep.root, sentinels=3, password=SENTINEL_PASSWORD)
     yield started
     started.stop()
 
 
 @pytest.fixture(scope="module")
 def relays(dep: Deployment, topology: SentinelSet) -> Iterator[tuple[Relay, Relay]]:
-    env: dict[str, str | None] = {"REDIS_URL": topology.url(0),
-                                  "REDIS_SENTINELS": topology.addresses}
-    first = dep.start_relay(env=env)
-    second = dep.start_relay(env=env)
+    first = dep.start_relay(env={"REDIS_URL": topology.url(0),
+                                 "REDIS_SENTINELS": topology.addresses,
+                                 "REDIS_SENTINEL_PASSWORD": SENTINEL_PASSWORD})
+    in_url = f":{quote(SENTINEL_PASSWORD, safe='')}@{topology.addresses}"
+    second = dep.start_relay(env={"REDIS_URL": topology.url(0), "REDIS_SENTINELS": in_url})
     yield first, second
     first.stop()
     second.stop()
@@ -90,6 +100,10 @@ def test_the_relays_follow_a_sentinel_failover(
     ws = WsClient(first.port, [Client(first.url).secret])
     old_master = topology.master
     try:
+        # The sentinels refuse a client without their password.
+        anonymous = redis.Redis(host=HOST, port=topology.sentinels[0].port, socket_timeout=2)
+        with pytest.raises(redis.AuthenticationError):
+            anonymous.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", topology.master_name)
         assert _subscribe(ws, channel)
         assert wait_until(lambda: _publish_and_see(writer, ws, channel), timeout=20, interval=0.5)
         # Everything is on the master: the buckets, the claims, the live sequence numbers.

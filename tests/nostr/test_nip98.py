@@ -209,8 +209,18 @@ def test_unusable_request_url_is_refused_not_crashed(requested: str) -> None:
     # The request URL comes from the Host header, which a client controls.
     reason = _refused(_header(_post_tags()), url=requested)
     assert reason == "the request URL is not a valid http(s) URL"
-    # Signed exactly as requested: nothing to normalise, the u tag names this request.
-    assert _verify(_header(_post_tags(url=requested)), url=requested).pubkey == PUBKEY
+    # Signed exactly as requested: still refused. The u tag is compared only after both
+    # sides are normalized, so a token signed for such a URL authenticates nowhere.
+    assert _refused(_header(_post_tags(url=requested)), url=requested) == reason
+
+
+@pytest.mark.parametrize("requested", [
+    "http://127.0.0.1:8000@evil.example/query",  # a Host with user info, as a relay rebuilt it
+    "http://127.0.0.1:abc/query",
+])
+def test_a_u_spelled_like_a_bad_request_url_is_refused(requested: str) -> None:
+    reason = _refused(_header(_post_tags(url=requested)), url=requested)
+    assert reason == "the request URL is not a valid http(s) URL"
 
 
 def test_missing_and_repeated_u_are_refused() -> None:

@@ -61,6 +61,8 @@ def test_readiness_page_shows_the_three_plots_from_recorded_figures() -> None:
                          more=False)
     metrics.record_round(reset_cause=None, full_round=False, rows=1, fence_lag_ms=1.0,
                          more=False)
+    for _ in range(2):
+        metrics.record_round(reset_cause="epoch", full_round=True, rows=0, fence_lag_ms=1.0)
     fleet.register_instance(instance=uuid.uuid4())
     client = Client()
     client.force_login(User.objects.create_user("op", password="x", is_staff=True))
@@ -68,9 +70,13 @@ def test_readiness_page_shows_the_three_plots_from_recorded_figures() -> None:
     for figure in ("plot-lag", "plot-traffic", "plot-fleet"):
         assert f'id="{figure}"><svg' in page
     assert sum(_counts(page, "lag-bin")) == 3
-    rounds = int(re.search(r'class="series-rounds" data-total="(\d+)"', page)[1])  # type: ignore[index]
-    resets = int(re.search(r'class="series-resets" data-total="(\d+)"', page)[1])  # type: ignore[index]
-    assert rounds >= 2 and resets >= 1
+    totals = {name: int(total) for name, total in
+              re.findall(r'class="series-([a-z_-]+)" data-total="(\d+)"', page)}
+    # First rounds and resets are drawn apart, each reset cause on a line of its own; a cause
+    # with no reset in the window draws none.
+    assert totals["rounds"] >= 2 and totals["first"] >= 1 and totals["reset-epoch"] >= 2
+    assert "reset-view" not in totals
+    assert f"resets: epoch ({totals['reset-epoch']})" in page
     assert 'class="instance live"' in page
     # Django 6's breadcrumb markup: an ordered list, the current page marked.
     assert '<ol class="breadcrumbs">' in page

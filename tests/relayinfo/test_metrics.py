@@ -23,7 +23,7 @@ def _page(reset_cause: str | None, **kwargs: Any) -> bool:
 def _empty_buckets() -> None:
     metrics.flush_metrics()
     now = metrics._minute(time.time())
-    names = (*metrics.COUNTERS, *metrics.MAXIMA)
+    names = metrics.MINUTE_NAMES
     cache.delete_many([metrics._key(m, name) for m in range(now - 70, now + 2) for name in names])
 
 

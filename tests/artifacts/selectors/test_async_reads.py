@@ -90,3 +90,25 @@ def test_the_fence_survives_pages_and_is_prepared_again_after_a_rollback(
             assert FENCE_STATEMENT in await prepared_names(conn)
 
     asyncio.run(pages())
+
+
+def test_both_pools_share_one_definition_and_a_short_reconnection_series() -> None:
+    """The asyncio pool takes Django's pool parameters, the reconnection bound among them: a
+    series of reconnection attempts that psycopg_pool kept doubling for 5 minutes ends after
+    seconds (tests/faults/test_postgres_restart.py measures the outage's end)."""
+    from django.conf import settings
+    from django.db import connections
+
+    async def opened() -> AsyncConnectionPool:
+        pool = await connection_pool()
+        await pool.close()
+        return pool
+
+    pool = asyncio.run(opened())
+    # Django's PostgreSQL backend builds its psycopg_pool from OPTIONS["pool"].
+    django_pool = getattr(connections["default"], "pool", None)
+    assert django_pool is not None
+    for parameter in ("reconnect_timeout", "timeout", "max_idle"):
+        assert getattr(pool, parameter) == getattr(django_pool, parameter), parameter
+    assert (pool.min_size, pool.max_size) == (django_pool.min_size, django_pool.max_size)
+    assert pool.reconnect_timeout == settings.POOL_RECONNECT_SECONDS < 10

@@ -123,3 +123,30 @@ def test_loss_notices_are_summed_not_repeated() -> None:
         assert len(socket.sent) == 3 and "5 live event" in socket.sent[-1]
 
     asyncio.run(scenario())
+
+
+def test_a_replay_waits_below_its_mark_until_the_client_reads_or_goes_away() -> None:
+    async def scenario() -> None:
+        socket = Socket()
+        socket.open.clear()  # the client reads nothing
+        outbox = Outbox(socket.send, max_live=3, max_bytes=10_000)
+        for n in range(5):
+            outbox.put_reply(f"frame-{n}")  # 7 bytes each
+        waiter = asyncio.ensure_future(outbox.below(14))
+        await _settle()
+        assert not waiter.done() and outbox.queued_bytes == 28  # one frame is being sent
+        socket.open.set()  # it reads: the queue drains to the mark
+        await _settle()
+        assert waiter.done() and waiter.result() is True
+        assert socket.sent == [f"frame-{n}" for n in range(5)]
+
+        socket.open.clear()
+        for n in range(5):
+            outbox.put_reply(f"frame-{n}")
+        waiter = asyncio.ensure_future(outbox.below(0))
+        await _settle()
+        outbox.close()  # the connection is dropped: the replay stops waiting
+        await _settle()
+        assert waiter.result() is False and outbox.queued_bytes == 0
+
+    asyncio.run(scenario())

@@ -1,0 +1,454 @@
+"""A chaos run with an oracle: a seeded schedule of writes, membership changes, moves and
+redactions against three relays behind the tested nginx, readers running rounds and WebSocket
+subscribers throughout, and faults injected mid-run. After each fault and at the end every
+collection must equal a fresh full read and the oracle's own model of what each reader may read,
+built from the acknowledged writes only.
+
+What it covers (issue 36's list, honestly): writers (create, update, delete, restore, move,
+redaction), grants and removals in private channels, raw-HTTP readers continuing rounds, and
+WebSocket subscribers; faults: kill -9 of one instance (restarted on its port) and a PostgreSQL
+restart. Not here: buzz-sync readers, a standby promotion, a Redis master kill under Sentinel
+(tests/faults/test_failover.py and test_redis_sentinel.py cover those faults on their own).
+
+The oracle:
+- a write is acknowledged when a relay answered it `OK true`; an answer that is not definite (a
+  transport error, a 5xx) is sent again, the same signed event, until one is (`duplicate:` is
+  an acknowledgement), so the model never guesses;
+- every acknowledged write is kept: the owner's fresh full read equals the model (a missing
+  head, or an older one, counts as a lost write);
+- every collection converges: after a quiet catch-up round, each reader's collection equals a
+  fresh full read with its key, and both equal the model's readable set for that key;
+- subscribers converge: a write made after the last check reaches every subscriber live;
+- no 5xx outside the windows the faults document: from a kill until the instance is back and
+  nginx's fail_timeout has passed, from PostgreSQL's stop until 5 s after it accepts again.
+
+`BUZZ_CHAOS_SEED` replays one schedule: a failing run prints its seed and that command.
+`bench/chaos.py` runs the long form (more seeds, longer phases) with the same runner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.deploy.nginx import PublicEndpoint, self_signed_certificate, start_nginx
+from tests.faults.clients import Collection, d_of, fresh_full_read
+from tests.faults.deployment import Deployment, Relay
+from tests.faults.waits import wait_until
+from tests.fleet import test_behind_nginx as nginx_fleet
+from tests.fleet.test_behind_nginx import (
+    NGINX_FAIL_TIMEOUT,
+    RELAY_ENV,
+    CountingClient,
+    Subscriber,
+)
+
+RELAYS = 3
+# After PostgreSQL accepts connections again, answers may still be 503 for this long (the pools
+# reconnect within ~1 s; a page begun before may still fail).
+POSTGRES_GRACE_SECONDS = 5.0
+
+
+class Answers(nginx_fleet.Answers):
+    """Every answer clients got through the proxy, and when each 5xx (or no answer) came."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.server_errors_at: list[tuple[float, int]] = []
+
+    def record(self, status: int) -> None:
+        super().record(status)
+        if status >= 500 or status == 0:
+            with self.lock:
+                self.server_errors_at.append((time.monotonic(), status))
+
+
+@dataclass
+class Head:
+    event: dict[str, Any]
+    redacted: bool = False
+    acknowledged: str = ""  # the OK's message and how many sends it took
+
+    @property
+    def op(self) -> str:
+        return next(tag[1] for tag in self.event["tags"] if tag[0] == "op")
+
+    @property
+    def channel(self) -> str:
+        return next(tag[1] for tag in self.event["tags"] if tag[0] == "h")
+
+
+@dataclass
+class Model:
+    """What the acknowledged writes make readable (PROTOCOL.md section 1, "Readable")."""
+
+    owner: str
+    open_channels: set[str]
+    members: dict[str, set[str]]  # private channel -> active members besides the owner
+    heads: dict[str, Head] = field(default_factory=dict)
+
+    def readable(self, pubkey: str) -> dict[str, str]:
+        return {
+            d: head.event["id"] for d, head in self.heads.items()
+            if head.op != "delete" and not head.redacted and (
+                head.channel in self.open_channels or pubkey == self.owner
+                or pubkey in self.members[head.channel]
+            )
+        }
+
+
+@dataclass
+class Figures:
+    schedules: int = 0
+    faults: int = 0
+    writes_acknowledged: int = 0
+    writes_lost: int = 0
+    collections_checked: int = 0
+    divergences: int = 0
+    resends: int = 0
+    rounds: int = 0
+    answers: Counter[int] = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        return (f"chaos: {self.schedules} schedules, {self.faults} faults injected,"
+                f" {self.writes_acknowledged} writes acknowledged ({self.resends} resent after"
+                f" an answer that was not definite), {self.writes_lost} writes lost,"
+                f" {self.rounds} reader rounds, {self.collections_checked} collections checked,"
+                f" {self.divergences} divergences; answers {dict(sorted(self.answers.items()))}")
+
+
+class Fleet:
+    """Three relays behind nginx on one fault deployment, for every schedule of a run."""
+
+    def __init__(self, dep: Deployment, folder: Path, stack: contextlib.ExitStack) -> None:
+        self.dep = dep
+        self.relays = [dep.start_relay(env=RELAY_ENV) for _ in range(RELAYS)]
+        tls = self_signed_certificate(folder)
+        proxy = start_nginx(folder, upstreams=[relay.port for relay in self.relays], tls=tls)
+        stack.callback(proxy.stop)
+        self.proxy = proxy
+        self.public = PublicEndpoint(tls, proxy.https_port)
+
+    def kill_one(self, rng: random.Random) -> tuple[float, float]:
+        """kill -9 of a seeded instance, restarted on its port: the window it documents."""
+        index = rng.randrange(len(self.relays))
+        started = time.monotonic()
+        relay = self.relays[index]
+        relay.kill()
+        self.relays[index] = self.dep.start_relay(port=relay.port, env=RELAY_ENV)
+        wait_until(lambda: _ready(self.relays[index]), timeout=60)
+        time.sleep(NGINX_FAIL_TIMEOUT + 1)  # nginx takes it back after fail_timeout
+        return started, time.monotonic()
+
+    def restart_postgres(self, rng: random.Random) -> tuple[float, float]:
+        started = time.monotonic()
+        self.dep.stop_postgres()
+        time.sleep(rng.uniform(1, 4))
+        self.dep.start_postgres()
+        return started, time.monotonic() + POSTGRES_GRACE_SECONDS
+
+
+def _ready(relay: Relay) -> bool:
+    try:
+        return httpx.get(f"{relay.url}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class Schedule:
+    """One seeded schedule on the fleet: its own channels, readers and subscribers."""
+
+    def __init__(self, fleet: Fleet, seed: int, figures: Figures, *, readers: int = 3,
+                 subscribers: int = 2, phase_seconds: float = 6.0) -> None:
+        self.fleet, self.seed, self.figures = fleet, seed, figures
+        self.rng = random.Random(seed)
+        self.phase_seconds = phase_seconds
+        self.answers = Answers()
+        public = fleet.public
+        self.owner = CountingClient(public, self.answers)
+        self.open = self.owner.create_channel(name=f"open-{seed}")
+        self.private = [self.owner.create_channel(private=True, name=f"private-{seed}-{i}")
+                        for i in range(2)]
+        self.model = Model(self.owner.pubkey, {self.open}, {c: set() for c in self.private})
+        # Reads name this schedule's channels: the open channels of earlier schedules on the
+        # same community are readable too, and are no part of this model.
+        self.filter = {"#h": [self.open, *self.private]}
+        self.readers = [CountingClient(public, self.answers) for _ in range(readers)]
+        self.collections = [Collection(reader, dict(self.filter)) for reader in self.readers]
+        # One lock per collection: the reader's rounds and the oracle's catch-up take turns.
+        self.reading = [threading.Lock() for _ in self.readers]
+        self.subscribers = [Subscriber(public, self.answers, self.owner.secret, self.open)
+                            for _ in range(subscribers)]
+        self.windows: list[tuple[float, float]] = []
+        self.stop = threading.Event()
+        self.pause = threading.Event()
+        self.errors: list[BaseException] = []
+        self.writing = threading.Lock()  # held for each whole write, resends included
+        self.last_sends = ""
+        self.membership_changes = 0
+
+    # --- the schedule's actors ------------------------------------------------------------
+
+    def _definite(self, event: dict[str, Any]) -> list[Any]:
+        """Send `event` until a relay answers it definitely (200 with an OK); its OK."""
+        sends: list[str] = []
+        while True:
+            try:
+                response = self.owner.post("/event", event)
+                sends.append(str(response.status_code))
+                if response.status_code == 200:
+                    answer: list[Any] = response.json()
+                    self.last_sends = f"{answer[3]!r} after {sends}"
+                    return answer
+            except httpx.TransportError as exc:
+                sends.append(type(exc).__name__)
+            self.figures.resends += 1
+            time.sleep(0.2)
+
+    def _write(self, event: dict[str, Any]) -> bool:
+        answer = self._definite(event)
+        if answer[2] is not True:
+            # The model said this write is valid: a refusal is a disagreement with the relay.
+            self.figures.divergences += 1
+            self.figures.notes.append(f"seed {self.seed}: refused {event['kind']}: {answer}")
+            return False
+        self.figures.writes_acknowledged += 1
+        return True
+
+    def _step(self) -> None:
+        rng, model, owner = self.rng, self.model, self.owner
+        channels = [self.open, *self.private]
+        roll = rng.random()
+        live = list(model.heads)
+        if roll < 0.12:  # a grant or a removal in a private channel
+            channel = rng.choice(self.private)
+            reader = rng.choice(self.readers).pubkey
+            # A content of its own: a grant (or removal) like one signed in the same second
+            # would be the same event, answered `duplicate:` and applied no second time.
+            self.membership_changes += 1
+            note = f"change {self.membership_changes}"
+            if reader in model.members[channel]:
+                if self._write(owner.sign(9001, [["h", channel], ["p", reader]], note)):
+                    model.members[channel].discard(reader)
+            elif self._write(owner.sign(9000, [["h", channel], ["p", reader, "member"]], note)):
+                model.members[channel].add(reader)
+            return
+        if not live or roll < 0.35:
+            event = owner.artifact(rng.choice(channels), title=f"s{self.seed}")
+            if self._write(event):
+                model.heads[d_of(event)] = Head(event, acknowledged=self.last_sends)
+            return
+        d = rng.choice(live)
+        head = model.heads[d]
+        if head.redacted:
+            op, channel = "update", head.channel
+        elif head.op == "delete":
+            op, channel = "restore", head.channel
+        else:
+            op = rng.choice(["update", "update", "delete", "move", "redact"])
+            channel = rng.choice([c for c in channels if c != head.channel]) if op == "move" \
+                else head.channel
+        if op == "redact":
+            redaction = owner.sign(9005, [["h", head.channel], ["e", head.event["id"]]])
+            if self._write(redaction):
+                head.redacted = True
+                head.acknowledged += f"; redaction {self.last_sends}"
+            return
+        event = owner.artifact(channel, op=op, d=d, prev=head.event["id"], title=f"{op} {d[:4]}")
+        if self._write(event):
+            model.heads[d] = Head(event, acknowledged=self.last_sends)
+
+    def _writer(self) -> None:
+        while not self.stop.is_set():
+            if self.pause.is_set():
+                time.sleep(0.05)
+                continue
+            with self.writing:
+                self._step()
+            time.sleep(0.02)
+
+    def _reader(self, index: int) -> None:
+        collection = self.collections[index]
+        while not self.stop.is_set():
+            if not self.pause.is_set():
+                try:
+                    with self.reading[index]:
+                        collection.round()
+                    self.figures.rounds += 1
+                except (AssertionError, httpx.TransportError):
+                    pass  # a 5xx or a dropped connection: counted by Answers, judged by windows
+            time.sleep(0.05)
+
+    # --- the oracle -------------------------------------------------------------------------
+
+    def check(self, when: str) -> None:
+        """Quiet the schedule, then compare every collection, a fresh read and the model."""
+        self.pause.set()
+        with contextlib.ExitStack() as held:
+            held.enter_context(self.writing)
+            for lock in self.reading:
+                held.enter_context(lock)
+            try:
+                self._quiet(when)
+                self._check(when)
+            finally:
+                self.pause.clear()
+
+    def _quiet(self, when: str) -> None:
+        """Wait until no transaction begun before now is open. Read-your-writes holds only then
+        (PROTOCOL.md section 5: a transaction begun before a write holds the fence back, and the
+        write arrives in the first round after it ends); any open that long is reported."""
+        dep = self.fleet.dep
+        since = dep.sql("SELECT now()")[0][0]
+
+        def quiet() -> bool:
+            return not dep.sql(
+                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+                " AND backend_type = 'client backend' AND xact_start < %s"
+                " AND pid <> pg_backend_pid()", (since,))
+
+        try:
+            wait_until(quiet, timeout=30, interval=0.1)
+        except AssertionError:
+            self.figures.divergences += 1
+            self.figures.notes.append(f"seed {self.seed} {when}: a transaction stayed open 30 s")
+
+    def _check(self, when: str) -> None:
+        figures = self.figures
+        stored = self._retrying(lambda: fresh_full_read(self.owner, self.filter))
+        expected = self.model.readable(self.owner.pubkey)
+        lost = [d for d, head_id in expected.items() if stored.get(d) != head_id]
+        figures.writes_lost += len(lost)
+        figures.collections_checked += 1
+        if lost or stored != expected:
+            figures.divergences += 1
+            figures.notes.append(f"seed {self.seed} {when}: owner's read differs from the model:"
+                                 f" {len(lost)} acknowledged heads missing or older:"
+                                 f" {[self._explain(d, stored) for d in lost[:3]]}; extra:"
+                                 f" {sorted(set(stored) - set(expected))[:3]}")
+        # check() holds every reader's lock: no round of theirs runs meanwhile.
+        for reader, collection in zip(self.readers, self.collections, strict=True):
+            self._retrying(collection.catch_up)
+            fresh = self._retrying(lambda reader=reader: fresh_full_read(reader, self.filter))
+            model = self.model.readable(reader.pubkey)
+            figures.collections_checked += 1
+            if not collection.ids() == fresh == model:
+                figures.divergences += 1
+                held = collection.ids()
+                differ = sorted(d for d in set(held) | set(fresh) | set(model)
+                                if len({held.get(d), fresh.get(d), model.get(d)}) > 1)
+                figures.notes.append(
+                    f"seed {self.seed} {when}: reader {reader.pubkey[:8]}: collection"
+                    f" {len(held)}, fresh read {len(fresh)}, model {len(model)}; differing:"
+                    f" {[self._differs(d, reader.pubkey, held, fresh, model) for d in differ[:3]]}")
+
+    def _explain(self, d: str, stored: dict[str, str]) -> str:
+        """A lost write as the model, the read and the primary's own table each see it."""
+        head = self.model.heads[d]
+        rows = self.fleet.dep.sql(
+            "SELECT h.event_id, h.deleted, h.modified_at, now() FROM artifact_heads h"
+            " WHERE h.artifact_id = %s", (d,))
+        primary = [(str(r[0])[:8], r[1], str(r[2])[11:23], str(r[3])[11:23]) for r in rows]
+        return (f"{d[:8]}: model {head.op} {head.event['id'][:8]} redacted={head.redacted}"
+                f" (acknowledged: {head.acknowledged}), read {stored.get(d, '-')[:8]},"
+                f" primary {primary}")
+
+    def _differs(self, d: str, pubkey: str, held: dict[str, str], fresh: dict[str, str],
+                 model: dict[str, str]) -> str:
+        head = self.model.heads.get(d)
+        where = "?" if head is None else (
+            f"{head.op} in {'open' if head.channel == self.open else head.channel[:8]}"
+            f" redacted={head.redacted} member="
+            f"{pubkey in self.model.members.get(head.channel, set())}")
+        return (f"{d[:8]}: collection {held.get(d, '-')[:8]}, fresh {fresh.get(d, '-')[:8]},"
+                f" model {model.get(d, '-')[:8]} ({where})")
+
+    @staticmethod
+    def _retrying(read: Any) -> Any:
+        """A read right after a fault may meet the tail of its window: asked again."""
+        for _ in range(50):
+            try:
+                return read()
+            except (AssertionError, httpx.TransportError):
+                time.sleep(0.3)
+        return read()
+
+    def subscribers_converge(self) -> None:
+        final = self.owner.artifact(self.open, title=f"final {self.seed}")
+        assert self._write(final)
+        self.model.heads[d_of(final)] = Head(final)
+        try:
+            wait_until(lambda: all(d_of(final) in s.received for s in self.subscribers),
+                       timeout=30)
+        except AssertionError:
+            self.figures.divergences += 1
+            self.figures.notes.append(f"seed {self.seed}: a subscriber never got the final write")
+
+    def outside_windows(self) -> list[tuple[float, int]]:
+        return [(at, status) for at, status in self.answers.server_errors_at
+                if not any(start <= at <= end for start, end in self.windows)]
+
+    # --- the run ------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        threads = [threading.Thread(target=self._guard(self._writer), daemon=True)]
+        threads += [threading.Thread(target=self._guard(lambda i=i: self._reader(i)), daemon=True)
+                    for i in range(len(self.collections))]
+        faults = [self.fleet.kill_one, self.fleet.restart_postgres]
+        self.rng.shuffle(faults)
+        try:
+            for subscriber in self.subscribers:
+                subscriber.thread.start()
+            for thread in threads:
+                thread.start()
+            wait_until(lambda: all(s.connects for s in self.subscribers), timeout=30)
+            for fault in faults:
+                time.sleep(self.phase_seconds)
+                self.windows.append(fault(self.rng))
+                self.figures.faults += 1
+                self.check(f"after {fault.__name__}")
+            time.sleep(self.phase_seconds)
+            self.check("at the end")
+            self.subscribers_converge()
+        finally:
+            self.stop.set()
+            for subscriber in self.subscribers:
+                subscriber.stop.set()
+            for thread in threads:
+                thread.join(30)
+            for subscriber in self.subscribers:
+                subscriber.thread.join(10)
+        self.figures.schedules += 1
+        self.figures.answers.update(self.answers.statuses)
+        stray = self.outside_windows()
+        if stray:
+            self.figures.divergences += 1
+            self.figures.notes.append(f"seed {self.seed}: {len(stray)} 5xx outside the fault"
+                                      f" windows: {stray[:5]}")
+        if self.errors:
+            self.figures.divergences += 1
+            self.figures.notes.append(f"seed {self.seed}: {self.errors[:3]}")
+
+    def _guard(self, body: Any) -> Any:
+        def run() -> None:
+            try:
+                body()
+            except BaseException as exc:
+                self.errors.append(exc)
+        return run
+
+
+@contextlib.contextmanager
+def fleet_for(dep: Deployment, folder: Path) -> Iterator[Fleet]:
+    with contextlib.ExitStack() as stack:
+        yield Fleet(dep, folder, stack)
