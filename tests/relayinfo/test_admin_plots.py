@@ -75,7 +75,9 @@ def test_readiness_page_shows_the_three_plots_from_recorded_figures() -> None:
     # First rounds and resets are drawn apart, each reset cause on a line of its own; a cause
     # with no reset in the window draws none.
     assert totals["rounds"] >= 2 and totals["first"] >= 1 and totals["reset-epoch"] >= 2
-    assert "reset-view" not in totals
+    # (Other tests of this process may have recorded resets of any cause in the same window, so
+    # the check is on the drawing, not on one cause's absence.)
+    assert all(total > 0 for name, total in totals.items() if name.startswith("reset-"))
     assert f"resets: epoch ({totals['reset-epoch']})" in page
     assert 'class="instance live"' in page
     # Django 6's breadcrumb markup: an ordered list, the current page marked.
