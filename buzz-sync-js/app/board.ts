@@ -6,10 +6,13 @@
  * when the relay is back; a write that lost a race is shown with the task as it is now.
  */
 
-import { BuzzClient, type ArtifactRow, BuzzError, IndexedDbStore, type Published, npubOf } from "../src/index.js";
+import { BuzzClient, type ArtifactRow, BuzzError, IndexedDbStore, type Published, npubOf, useWasmVerifier } from "../src/index.js";
 
 const TYPE = "buzz.task";
-const COLUMN_PAGE = 100; // tasks a column shows before "Show more"
+// Tasks a column shows at first (about a screenful), then per "Show more" (also pressed for the
+// person when the button scrolls into view): 10,000 tasks are never all in the document.
+const COLUMN_FIRST = 30;
+const COLUMN_PAGE = 200;
 const $ = <T extends HTMLElement>(id: string): T => document.getElementById(id) as T;
 const short = (id: string): string => id.slice(0, 8);
 
@@ -32,12 +35,13 @@ async function main(): Promise<void> {
   // Marks for bench/buzz_sync_js.py (first paint) and for anyone profiling the page.
   performance.mark("buzz-app:start");
   const store = await IndexedDbStore.open("buzz-app");
+  // Signatures are checked with libsecp256k1 in WebAssembly (nostr-wasm, ~6x cheaper than
+  // pure JS): a chunk of its own, loaded beside the first paint, not before it. /app/'s CSP
+  // allows 'wasm-unsafe-eval' for it; where WebAssembly is refused, noble checks instead.
+  void useWasmVerifier().then((wasm) => (document.body.dataset.verifier = wasm ? "wasm" : "noble"));
   const client = await BuzzClient.open({
     relay: location.origin,
     store,
-    // The WebSocket-assembly verifier is left out of the page's bundle (300 KB of script to
-    // parse on every load, for a faster first sync only): noble verifies here.
-    wasmVerifier: false,
     warn: (message) => {
       const warning = $("warning");
       warning.textContent = message;
@@ -49,7 +53,7 @@ async function main(): Promise<void> {
   const names: Record<string, string> = JSON.parse((await store.getMeta("channel-names")) ?? "{}");
   const shown = new Set<string>(JSON.parse((await store.getMeta("channels-shown")) ?? "[]") as string[]);
   let tasks: ArtifactRow[] = [];
-  const expanded = new Set<string>(); // columns showing every task, not only the newest
+  const showing = new Map<string, number>(); // tasks shown per column, past the first screenful
 
   const channelName = (h: string): string => names[h] ?? `channel ${short(h)}`;
   const channels = (): string[] => {
@@ -133,6 +137,13 @@ async function main(): Promise<void> {
   }
 
   function render(): void {
+    const byChannel = new Map<string, ArtifactRow[]>();
+    for (const row of tasks) {
+      const list = byChannel.get(row.channel);
+      if (list) list.push(row);
+      else byChannel.set(row.channel, [row]);
+    }
+    nearEnd.disconnect(); // the buttons being replaced
     const all = channels();
     const select = $<HTMLSelectElement>("new-channel");
     const chosen = select.value;
@@ -145,24 +156,31 @@ async function main(): Promise<void> {
       heading.textContent = channelName(h);
       heading.title = h;
       const list = document.createElement("ul");
-      const mine = tasks.filter((row) => row.channel === h);
-      const limit = expanded.has(h) ? mine.length : COLUMN_PAGE;
+      const mine = byChannel.get(h) ?? [];
+      const limit = showing.get(h) ?? COLUMN_FIRST;
       list.append(...mine.slice(0, limit).map((row) => taskItem(parseTask(row), all)));
       column.append(heading, list);
       if (mine.length > limit) {
         const more = document.createElement("button");
         more.className = "more";
-        more.textContent = `Show ${mine.length - limit} more`;
+        more.textContent = `Show ${Math.min(COLUMN_PAGE, mine.length - limit)} more (${mine.length - limit} not shown)`;
         more.addEventListener("click", () => {
-          expanded.add(h);
+          showing.set(h, limit + COLUMN_PAGE);
           render();
         });
+        nearEnd.observe(more);
         column.append(more);
       }
       return column;
     });
     $("board").replaceChildren(...columns);
   }
+  // A column's "Show more" scrolled into view shows the next tasks by itself.
+  const nearEnd = new IntersectionObserver((entries) => {
+    for (const entry of entries) {
+      if (entry.isIntersecting) (entry.target as HTMLButtonElement).click();
+    }
+  }, { rootMargin: "200px" });
 
   performance.mark("buzz-app:opened");
   client.subscribe({ type: TYPE, orderBy: "modified" }, (update) => {
