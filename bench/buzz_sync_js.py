@@ -104,7 +104,7 @@ def main() -> None:
     browsers: list[tuple[int, dict[str, Any]]] = []
     for n in args.n:
         started = time.perf_counter()
-        url = prepare_database(args.database_url, "buzz_client_bench")
+        url = prepare_database(args.database_url, "buzz_sync_js_bench")
         seed(url, n, author, pubkey_from_secret(reader))
         print(f"N={n:,}: seeded in {time.perf_counter() - started:.1f} s", file=sys.stderr)
         os.environ["RELAY_APP"] = "1"  # the relay serves /app/ for --browser
@@ -123,7 +123,7 @@ def main() -> None:
             assert found["stored"] == n and found["kind"] == "full", found
         rows.append((n, python, python_again, node, node_plain))
     with psycopg.connect(args.database_url, autocommit=True) as conn:
-        conn.execute('DROP DATABASE IF EXISTS "buzz_client_bench" WITH (FORCE)')
+        conn.execute('DROP DATABASE IF EXISTS "buzz_sync_js_bench" WITH (FORCE)')
 
     print(f"\nFull round into SQLite, same relay, same run (page limit 1000, "
           f"{os.cpu_count()} CPUs shared); artifacts/s\n")
