@@ -71,19 +71,21 @@ def browser_figures(relay: Relay, n: int) -> dict[str, Any]:
             for _ in range(3):
                 page.reload()
                 page.wait_for_function(f"document.body.dataset.tasks === '{n}'")
-                # The page's marks, from navigation start: script running, storage open,
-                # rows read from IndexedDB, rows rendered (the first paint of the tasks).
+                # The page's marks, from navigation start: script running, storage open, the
+                # newest screenful painted (first-paint, from a cursor over the modification
+                # index), every row read from IndexedDB, every column rendered (rendered).
                 marks = page.evaluate(
                     "Object.fromEntries(performance.getEntriesByType('mark')"
                     ".map(m => [m.name.split(':')[1], m.startTime / 1000]))")
                 paints.append(marks)
-            paints.sort(key=lambda marks: marks["rendered"])
+            paints.sort(key=lambda marks: marks["first-paint"])
         finally:
             browser.close()
     middle = paints[1]
     return {"first_sync_seconds": first_sync, "rate": n / first_sync, "verifier": verifier,
-            "paint_seconds": middle["rendered"], "script_seconds": middle["start"],
-            "read_seconds": middle["rows"] - middle["opened"],
+            "paint_seconds": middle["first-paint"], "script_seconds": middle["start"],
+            "complete_seconds": middle["rendered"],
+            "read_seconds": middle["rows"] - middle["first-paint"],
             "render_seconds": middle["rendered"] - middle["rows"]}
 
 
@@ -147,9 +149,11 @@ def main() -> None:
               f"artifacts/s ({figures['first_sync_seconds']:.1f} s, signatures checked with "
               f"{figures['verifier']}, target >= 5,000/s); "
               f"first paint after a reload {figures['paint_seconds'] * 1000:.0f} ms "
-              f"(median of 3, target < 1 s: script {figures['script_seconds'] * 1000:.0f} ms, "
-              f"IndexedDB read {figures['read_seconds'] * 1000:.0f} ms, render "
-              f"{figures['render_seconds'] * 1000:.0f} ms)")
+              f"(median of 3, target < 1 s; script running at "
+              f"{figures['script_seconds'] * 1000:.0f} ms); the whole board (every row read, "
+              f"{figures['read_seconds'] * 1000:.0f} ms, every column rendered, "
+              f"{figures['render_seconds'] * 1000:.0f} ms) at "
+              f"{figures['complete_seconds'] * 1000:.0f} ms")
     apply = subprocess.run(["node", "bench/apply_round.mjs", str(args.apply_n), "300"],
                            cwd=PACKAGE, capture_output=True, text=True, check=True)
     figures = json.loads(apply.stdout.strip().splitlines()[-1])

@@ -13,6 +13,7 @@ const TYPE = "buzz.task";
 // person when the button scrolls into view): 10,000 tasks are never all in the document.
 const COLUMN_FIRST = 30;
 const COLUMN_PAGE = 200;
+const FIRST_SCREEN = 200; // the newest tasks painted before the whole collection is read
 const $ = <T extends HTMLElement>(id: string): T => document.getElementById(id) as T;
 const short = (id: string): string => id.slice(0, 8);
 
@@ -136,7 +137,8 @@ async function main(): Promise<void> {
     return li;
   }
 
-  function render(): void {
+  /** `whole`: `tasks` is every task (else the first screenful: no "Show more" counts yet). */
+  function render(whole = true): void {
     const byChannel = new Map<string, ArtifactRow[]>();
     for (const row of tasks) {
       const list = byChannel.get(row.channel);
@@ -160,13 +162,13 @@ async function main(): Promise<void> {
       const limit = showing.get(h) ?? COLUMN_FIRST;
       list.append(...mine.slice(0, limit).map((row) => taskItem(parseTask(row), all)));
       column.append(heading, list);
-      if (mine.length > limit) {
+      if (whole && mine.length > limit) {
         const more = document.createElement("button");
         more.className = "more";
         more.textContent = `Show ${Math.min(COLUMN_PAGE, mine.length - limit)} more (${mine.length - limit} not shown)`;
         more.addEventListener("click", () => {
           showing.set(h, limit + COLUMN_PAGE);
-          render();
+          render(whole);
         });
         nearEnd.observe(more);
         column.append(more);
@@ -183,10 +185,19 @@ async function main(): Promise<void> {
   }, { rootMargin: "200px" });
 
   performance.mark("buzz-app:opened");
+  // First paint: the newest tasks, read from a cursor over the store's modification index that
+  // stops at a screenful; then the whole collection (column counts, live changes) replaces it.
+  let whole = false;
+  tasks = await client.query({ type: TYPE, orderBy: "modified", limit: FIRST_SCREEN });
+  if (tasks.length) {
+    render(whole);
+    performance.mark("buzz-app:first-paint");
+  }
   client.subscribe({ type: TYPE, orderBy: "modified" }, (update) => {
     performance.mark("buzz-app:rows");
     tasks = update.rows;
-    render();
+    whole = true;
+    render(whole);
     performance.mark("buzz-app:rendered");
     document.body.dataset.tasks = String(tasks.length);
   });
@@ -228,7 +239,7 @@ async function main(): Promise<void> {
         shown.add(h);
         await store.setMeta("channel-names", JSON.stringify(names));
         await store.setMeta("channels-shown", JSON.stringify([...shown]));
-        render();
+        render(whole);
       }
     })();
   });
@@ -236,7 +247,7 @@ async function main(): Promise<void> {
     event.preventDefault();
     const h = $<HTMLInputElement>("channel-id").value.trim().toLowerCase();
     shown.add(h);
-    void store.setMeta("channels-shown", JSON.stringify([...shown])).then(render);
+    void store.setMeta("channels-shown", JSON.stringify([...shown])).then(() => render(whole));
   });
 
   await renderPending();
