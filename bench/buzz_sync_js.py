@@ -35,13 +35,14 @@ from nostr.schnorr import generate_secret, pubkey_from_secret  # noqa: E402
 PACKAGE = ROOT / "buzz-sync-js"
 
 
-def node_round(relay: Relay, reader: str, verify: bool) -> dict[str, Any]:
+def node_round(relay: Relay, reader: str, verify: bool,
+               package: Path = PACKAGE) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         run = subprocess.run(
             # BENCH_NODE_FLAGS: e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" to profile the round.
             ["node", *os.environ.get("BENCH_NODE_FLAGS", "").split(), "bench/full_round.mjs",
              relay.url, reader, str(Path(tmp) / "c.sqlite"), "1" if verify else "0"],
-            cwd=PACKAGE, capture_output=True, text=True, check=False,
+            cwd=package, capture_output=True, text=True, check=False,
         )
         if run.returncode != 0:
             raise SystemExit(f"node round failed:\n{run.stderr}")
@@ -95,6 +96,8 @@ def main() -> None:
     parser.add_argument("--apply-n", type=int, default=100_000)
     parser.add_argument("--browser", action="store_true",
                         help="also time the /app/ page in Chromium (IndexedDB, first paint)")
+    parser.add_argument("--base", type=Path, help="A/B: another checkout's buzz-sync-js (built), "
+                        "e.g. a `git worktree` of the previous main, timed in the same run")
     parser.add_argument("--database-url", default=os.environ.get(
         "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
     parser.add_argument("--redis-url", default=os.environ.get(
@@ -104,6 +107,7 @@ def main() -> None:
     author, reader = generate_secret(), generate_secret()
     rows = []
     browsers: list[tuple[int, dict[str, Any]]] = []
+    bases: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
     for n in args.n:
         started = time.perf_counter()
         url = prepare_database(args.database_url, "buzz_sync_js_bench")
@@ -117,6 +121,9 @@ def main() -> None:
             node = node_round(relay, reader, verify=True)
             python_again = full_round(relay, reader, verify=True)
             node_plain = node_round(relay, reader, verify=False)
+            if args.base:
+                base = node_round(relay, reader, verify=True, package=args.base)
+                bases.append((n, base, node_round(relay, reader, verify=True)))
             if args.browser:
                 browsers.append((n, browser_figures(relay, n)))
         finally:
@@ -144,6 +151,12 @@ def main() -> None:
           "each client process's own CPU time in the round (the better of buzz-sync's two), the "
           "fairer figure on a shared machine.")
 
+    for n, base, again in bases:
+        before = n / base["seconds"]
+        after = n / min(again["seconds"], next(r[3] for r in rows if r[0] == n)["seconds"])
+        print(f"\nA/B, N={n:,}, verified: {args.base} {before:,.0f}/s "
+              f"({base['cpu_seconds']:.1f} s CPU), this checkout {after:,.0f}/s "
+              f"({again['cpu_seconds']:.1f} s CPU): {after / before:.2f}x")
     for n, figures in browsers:
         print(f"\n/app/ in Chromium, N={n:,}: first sync into IndexedDB {figures['rate']:,.0f} "
               f"artifacts/s ({figures['first_sync_seconds']:.1f} s, signatures checked with "
