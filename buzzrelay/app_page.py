@@ -1,7 +1,7 @@
 """`/app/`: the task board built on buzz-sync-js (buzz-sync-js/app/), when RELAY_APP is on.
 
 The page is static: its script and style are built from buzz-sync-js/app/ into
-buzzrelay/static/buzz-app/ (committed; tests/buzz_sync_js/test_app_assets.py checks they match
+buzzrelay/static/buzz-app/ (committed; tests/buzz_sync_js/test_app_page.py checks they match
 the source) and served like the admin's files (WhiteNoise, hashed names). The page talks to the
 relay it was loaded from, as any client would: NIP-11, `POST /query`, `POST /event`, the
 WebSocket. Off, `/app/` is the relay's JSON 404.

@@ -15,7 +15,7 @@ import { matches, rowOf, runQuery } from "./types.js";
  * read) with the event as JSON text, parsed only when `row.event` is read: reading 10,000 rows
  * then deserializes 10,000 flat records, not 10,000 events with their tag arrays; and a
  * `modified` index serves "newest first" with a limit from a cursor. Version 1 rows are still
- * read (their `event` is an object) and are rewritten as flat rows by the next round. */
+ * read (their `event` is an object); rows written from version 2 on are flat. */
 const VERSION = 2;
 
 interface StoredRow {
