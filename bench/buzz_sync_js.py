@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -107,6 +108,7 @@ def main() -> None:
                         help="also time the /app/ page in Chromium (IndexedDB, first paint)")
     parser.add_argument("--base", type=Path, help="A/B: another checkout's buzz-sync-js (built), "
                         "e.g. a `git worktree` of the previous main, timed in the same run")
+    parser.add_argument("--pairs", type=int, default=3, help="A/B pairs of Node rounds")
     parser.add_argument("--database-url", default=os.environ.get(
         "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
     parser.add_argument("--redis-url", default=os.environ.get(
@@ -131,8 +133,10 @@ def main() -> None:
             python_again = full_round(relay, reader, verify=True)
             node_plain = node_round(relay, reader, verify=False)
             if args.base:
-                base = node_round(relay, reader, verify=True, package=args.base)
-                bases.append((n, base, node_round(relay, reader, verify=True)))
+                # Alternated pairs, the previous checkout first in each: rates per pair.
+                for _ in range(args.pairs):
+                    base = node_round(relay, reader, verify=True, package=args.base)
+                    bases.append((n, base, node_round(relay, reader, verify=True)))
             if args.browser and args.base:
                 base_js = args.base.parent / "buzzrelay" / "static" / "buzz-app" / "board.js"
                 browsers.append((n, browser_figures(relay, n, base_js) | {"label": "base"}))
@@ -163,12 +167,14 @@ def main() -> None:
           "each client process's own CPU time in the round (the better of buzz-sync's two), the "
           "fairer figure on a shared machine.")
 
-    for n, base, again in bases:
-        before = n / base["seconds"]
-        after = n / min(again["seconds"], next(r[3] for r in rows if r[0] == n)["seconds"])
-        print(f"\nA/B, N={n:,}, verified: {args.base} {before:,.0f}/s "
-              f"({base['cpu_seconds']:.1f} s CPU), this checkout {after:,.0f}/s "
-              f"({again['cpu_seconds']:.1f} s CPU): {after / before:.2f}x")
+    for n in args.n if bases else []:
+        pairs = [(n / b["seconds"], n / a["seconds"], b["cpu_seconds"], a["cpu_seconds"])
+                 for m, b, a in bases if m == n]
+        print(f"\nA/B, N={n:,}, verified, {len(pairs)} alternated pairs (artifacts/s, CPU s): "
+              + "; ".join(f"{before:,.0f} ({bc:.1f}) -> {after:,.0f} ({ac:.1f})"
+                          for before, after, bc, ac in pairs)
+              + f"; median ratio {statistics.median(a / b for b, a, _, _ in pairs):.2f} "
+              f"(this checkout over {args.base})")
     for n, figures in browsers:
         print(f"\n/app/ in Chromium ({figures['label']}), N={n:,}: first sync into IndexedDB "
               f"{figures['rate']:,.0f} artifacts/s ({figures['first_sync_seconds']:.1f} s, "
