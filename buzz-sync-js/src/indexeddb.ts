@@ -212,7 +212,11 @@ export class IndexedDbStore implements Store {
     const tx = this.db.transaction(["collections", "artifacts"], "readonly");
     const state = await this.readState(tx.objectStore("collections"), key);
     const artifacts = tx.objectStore("artifacts");
-    if (query.limit !== undefined && query.orderBy !== "title") return this.newest(artifacts, key, state.liveSlot, query);
+    // Newest first with a limit: a cursor over the modification index. With a channel, that
+    // channel's rows are fewer than a cursor might walk past to find them: its index instead.
+    if (query.limit !== undefined && query.orderBy !== "title" && query.channel === undefined) {
+      return this.newest(artifacts, key, state.liveSlot, query);
+    }
     let stored: StoredRow[];
     if (query.channel !== undefined) {
       const channels = typeof query.channel === "string" ? [query.channel] : [...query.channel];
