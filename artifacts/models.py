@@ -18,7 +18,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models.functions import Now
 
-from artifacts.db import TransactionNow
+from relaycore.db import TransactionNow
 
 
 class Community(models.Model):

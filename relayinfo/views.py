@@ -15,9 +15,9 @@ from rest_framework.renderers import TemplateHTMLRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from artifacts.ws.dbcall import run_db
-from buzzrelay.addressing import in_networks
-from buzzrelay.edge.openapi import (
+from relaycore.addressing import in_networks
+from relaycore.dbthreads import run_db
+from relaycore.edge.openapi import (
     COMMON_ERRORS,
     JSON,
     Answer,
@@ -26,16 +26,16 @@ from buzzrelay.edge.openapi import (
     plain_view_schema,
     ref,
 )
-from buzzrelay.edge.renderers import NOSTR_JSON, Nip11Negotiation, NostrJSONRenderer
-from buzzrelay.edge.views import RelayAPIView
-from buzzrelay.http import (
+from relaycore.edge.renderers import NOSTR_JSON, Nip11Negotiation, NostrJSONRenderer
+from relaycore.edge.views import RelayAPIView
+from relaycore.http import (
     client_address,
     json_error,
     json_response,
     public_netloc,
     public_scheme,
 )
-from relayinfo.metrics import prometheus_exposition
+from relayinfo.exposition import prometheus_exposition
 from relayinfo.nip11 import relay_information
 from relayinfo.readiness import cached_readiness, deployment_ready
 
@@ -78,7 +78,7 @@ class RelayInfoView(RelayAPIView):
     renderer_classes = [NostrJSONRenderer, TemplateHTMLRenderer]
     content_negotiation_class = Nip11Negotiation
     template_name = "relayinfo/home.html"
-    schema = RelayAutoSchema()  # the OpenAPI operation (buzzrelay/edge/openapi.py)
+    schema = RelayAutoSchema()  # the OpenAPI operation (relaycore/edge/openapi.py)
     # `/info`: the document whatever Accept says.
     document_only = False
 
@@ -130,7 +130,7 @@ async def _deployment_ready() -> bool:
     },
 )
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text exposition (relayinfo.metrics), for scrapers allowed by `metrics_refusal`."""
+    """Prometheus text exposition (relaycore.metrics), for scrapers allowed by `metrics_refusal`."""
     refusal = metrics_refusal(request)
     if refusal is not None:
         return refusal

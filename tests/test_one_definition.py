@@ -14,7 +14,7 @@ from pathlib import Path
 from nostr import kinds
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("nostr", "buzzclient", "artifacts", "relayinfo", "buzzrelay")
+PACKAGES = ("nostr", "buzzclient", "relaycore", "artifacts", "relayinfo", "buzzrelay")
 KIND_VALUES = {
     value for name, value in vars(kinds).items() if name.startswith("KIND_") and value >= 1000
 }

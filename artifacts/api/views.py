@@ -33,14 +33,14 @@ from artifacts.selectors.rounds import CommunityGone, Page, RoundRequest, prepar
 from artifacts.selectors.sync_epoch import connection_identity
 from artifacts.services.ingest import ingest_event
 from artifacts.tokens import InvalidProgress
-from artifacts.ws.dbcall import run_db
 from artifacts.ws.loop_ingest import ingest_on_loop
-from buzzrelay.edge.exceptions import InvalidRequest, ServiceUnavailable, UnknownCommunity
-from buzzrelay.edge.openapi import JSON, Answer, RelayAutoSchema, error_answer, ref
-from buzzrelay.edge.parsers import request_body
-from buzzrelay.edge.views import RelayAPIView
-from relayinfo.metrics import flush_metrics, record_round
-from relayinfo.readiness import cached_readiness, deployment_ready
+from relaycore.dbthreads import run_db
+from relaycore.edge.exceptions import InvalidRequest, ServiceUnavailable, UnknownCommunity
+from relaycore.edge.openapi import JSON, Answer, RelayAutoSchema, error_answer, ref
+from relaycore.edge.parsers import request_body
+from relaycore.edge.views import RelayAPIView
+from relaycore.metrics import flush_metrics, record_round
+from relaycore.readiness_gate import cached_readiness, deployment_ready
 
 __all__ = ["EventView", "QueryView", "record_page", "render_page"]
 
@@ -77,7 +77,7 @@ class QueryView(RelayAPIView):
     """One filter: a plain read (a JSON array of events) or one page of a round."""
 
     http_method_names = ["post", "options"]
-    schema = RelayAutoSchema()  # the OpenAPI operation (buzzrelay/edge/openapi.py)
+    schema = RelayAutoSchema()  # the OpenAPI operation (relaycore/edge/openapi.py)
     # On the server loop, the community lookup begins the page's transaction (one round trip
     # for both, as a round costs few): the connection is kept until the request is answered.
     _pool: AsyncConnectionPool | None = None
@@ -151,7 +151,7 @@ class EventView(RelayAPIView):
     """One signed event in, the NIP-01 `OK` triple out (refusals of the event are `OK false`)."""
 
     http_method_names = ["post", "options"]
-    schema = RelayAutoSchema()  # the OpenAPI operation (buzzrelay/edge/openapi.py)
+    schema = RelayAutoSchema()  # the OpenAPI operation (relaycore/edge/openapi.py)
     # On the server loop the connection of the community lookup is kept for the write (one
     # checkout per request) until the request is answered.
     _pool: AsyncConnectionPool | None = None
@@ -221,7 +221,7 @@ async def _read_page_on_loop(read: OpenRead, rounds: RoundRequest) -> Page:
 
 
 def record_page(page: Page, *, flush: bool = True) -> bool:
-    """Count a served page in the round metrics (relayinfo.metrics.record_round)."""
+    """Count a served page in the round metrics (relaycore.metrics.record_round)."""
     return record_round(
         reset_cause=page.reset_reason,
         full_round=page.full_round,

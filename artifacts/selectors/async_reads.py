@@ -25,7 +25,6 @@ from psycopg import sql
 from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from artifacts.db import pool_options, psycopg_connect_kwargs, server_spoke_while_idle
 from artifacts.models import Community
 from artifacts.selectors.budget import read_settings_sql
 from artifacts.selectors.communities import (
@@ -35,6 +34,7 @@ from artifacts.selectors.communities import (
 )
 from artifacts.selectors.fence import fence_then, prepare_fence
 from artifacts.selectors.rounds import Page, RoundRequest, page_steps
+from relaycore.db import pool_options, psycopg_connect_kwargs, server_spoke_while_idle
 
 __all__ = [
     "OpenRead",

@@ -38,7 +38,7 @@ _last_flush = time.monotonic()
 _last_prune = 0.0
 
 
-# For Prometheus (/metrics, relayinfo.metrics): every write's lag, not only the kept samples.
+# For Prometheus (/metrics, relaycore.metrics): every write's lag, not only the kept samples.
 STAMP_TO_COMMIT_LAG = Histogram(
     "buzz_stamp_to_commit_lag_seconds",
     "Write transactions from just after BEGIN (before any stamp) to the end of COMMIT",

@@ -41,7 +41,6 @@ from artifacts.selectors.replay import (
     channel_states,
     community_policy,
 )
-from artifacts.ws.dbcall import run_db
 from artifacts.ws.filters import LiveEvent
 from artifacts.ws.publish import (
     EVERY_CHANNEL,
@@ -52,7 +51,8 @@ from artifacts.ws.publish import (
 )
 from artifacts.ws.sequence import SequenceTracker
 from nostr.kinds import KIND_REDACTION
-from relayinfo.metrics import HUB_DROPS_LOST, HUB_DROPS_STALE
+from relaycore.dbthreads import run_db
+from relaycore.metrics import HUB_DROPS_LOST, HUB_DROPS_STALE
 
 __all__ = ["AccessCache", "HubClient", "SyncHub", "get_hub"]
 

@@ -153,7 +153,7 @@ def test_a_redis_that_stops_answering_bounds_the_publish_opens_the_breaker_and_f
     """Redis paused for writes (as a partition looks to a client): numbering gives up within
     the publish timeout, the breaker opens (later publishes do not each wait), and the group is
     flagged lost so the next message that gets through tells its hubs."""
-    from buzzrelay import ratelimit
+    from relaycore import ratelimit
 
     layer = get_channel_layer()
     group = f"test-publish-paused-{time.monotonic_ns()}"

@@ -20,7 +20,7 @@ subclasses add the bounds (hand-written: no uvicorn option or other package does
   transport's buffer (so pongs, like every other frame, go out only as fast as it reads), and
   drops a client that has read nothing for STALL_SECONDS while frames wait for it.
 
-`HostCheck` is the ASGI guard that answers 400 to a Host `buzzrelay.addressing` refuses, on
+`HostCheck` is the ASGI guard that answers 400 to a Host `relaycore.addressing` refuses, on
 every path, before any application. buzzrelay/server.py names the protocols in the options of
 every server the relay runs (serve, the quickstart, the test suite's relays).
 """
@@ -37,8 +37,8 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-from buzzrelay.addressing import RequestAddress, host_error, host_header_error
-from buzzrelay.http import CORS_HEADERS
+from relaycore.addressing import RequestAddress, host_error, host_header_error
+from relaycore.http import CORS_HEADERS
 
 __all__ = [
     "HEAD_MAX_BYTES",
@@ -279,7 +279,7 @@ def _host_problem(scope: Scope) -> str | None:
 
 class HostCheck:
     """ASGI middleware: 400 (JSON) for a request or WebSocket handshake whose Host
-    `buzzrelay.addressing.host_error` refuses, on every path."""
+    `relaycore.addressing.host_error` refuses, on every path."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

@@ -19,7 +19,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis.exceptions import NoScriptError, RedisError
 
-from buzzrelay.redis_topology import Sentinels, async_redis
+from relaycore.redis_topology import Sentinels, async_redis
 
 __all__ = [
     "RedisUnavailable",

@@ -1,5 +1,5 @@
 """ASGI middleware: every HTTP request's duration by endpoint and status, and the WebSocket
-connections, as Prometheus metrics (relayinfo.metrics; summed over the workers at /metrics).
+connections, as Prometheus metrics (relaycore.metrics; summed over the workers at /metrics).
 
 Outermost in `buzzrelay.asgi.build_application()`, so it times what a client waits for: static
 files, the front door and Django alike, from the request's arrival to the last byte sent. The
@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from relayinfo.metrics import (
+from relaycore.metrics import (
     WEBSOCKET_CONNECTIONS,
     WEBSOCKET_CONNECTIONS_OPENED,
     record_http_request,

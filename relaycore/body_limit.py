@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 from django.conf import settings
 
-from buzzrelay.http import CORS_HEADERS
+from relaycore.http import CORS_HEADERS
 
 __all__ = ["BodyTooLarge", "ClientDisconnected", "RequestBodyLimit", "read_body"]
 

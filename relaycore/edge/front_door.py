@@ -27,10 +27,10 @@ from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 from django.urls import Resolver404, resolve
 
-from buzzrelay.body_limit import BodyTooLarge, ClientDisconnected, read_body
-from buzzrelay.edge.views import RelayAPIView
-from buzzrelay.middleware import add_cors_headers
-from relayinfo.metrics import record_front_door_request
+from relaycore.body_limit import BodyTooLarge, ClientDisconnected, read_body
+from relaycore.edge.views import RelayAPIView
+from relaycore.metrics import record_front_door_request
+from relaycore.middleware import add_cors_headers
 
 __all__ = ["FrontDoor"]
 
@@ -59,7 +59,7 @@ class FrontDoor:
             await self.django_app(scope, receive, send)
             return
         try:
-            # Already read and bounded by `buzzrelay.body_limit`, which hands it over whole.
+            # Already read and bounded by `relaycore.body_limit`, which hands it over whole.
             body = await read_body(receive, settings.RELAY_MAX_BODY_BYTES)
         except (ClientDisconnected, BodyTooLarge):
             return  # the client left (the limit in front already answered an oversized body)
