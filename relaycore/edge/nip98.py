@@ -26,7 +26,7 @@ from relaycore.dbthreads import run_db
 from relaycore.edge.parsers import request_body
 from relaycore.http import absolute_url
 from relaycore.metrics import record_nip98_check
-from relaycore.ratelimit import RedisUnavailable, async_redis_client, mark_redis_down
+from relaycore.redis_clients import RedisUnavailable, async_redis_client, mark_redis_down
 
 __all__ = [
     "CLAIM_PREFIX",

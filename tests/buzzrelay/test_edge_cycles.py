@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from artifacts.selectors.async_reads import connection_pool
 from buzzrelay.asgi import relay_http
 from relaycore.edge.views import RelayAPIView
-from relaycore.ratelimit import async_redis_client
+from relaycore.redis_clients import async_redis_client
 from tests.factories import Key, make_community, make_key, nip98_header
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,7 +13,8 @@ from rest_framework.exceptions import Throttled
 
 from relaycore.config import ConfigError, read_config
 from relaycore.edge.exceptions import relay_exception_handler
-from relaycore.ratelimit import KEY_PREFIX, redis_client, take_token
+from relaycore.ratelimit import KEY_PREFIX, take_token
+from relaycore.redis_clients import redis_client
 
 UNREACHABLE_REDIS = {
     "default": {
