@@ -77,7 +77,7 @@ _CATCHUP_CURSOR_LENGTHS = (0, 16, 32)
 # The largest token is under 1,000 characters; anything much longer is not one of ours.
 _MAX_TOKEN_CHARS = 2048
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ORIGIN = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class InvalidProgress(ValueError):
@@ -134,7 +134,7 @@ class ProgressToken:
     # (b"": carried inline), and when their rows were last refreshed.
     private_ref: bytes = b""
     catchup_ref: bytes = b""
-    stored_at: datetime = _EPOCH
+    stored_at: datetime = _ORIGIN
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,11 +169,11 @@ def _key(secret_hex: str, version: int) -> AESGCMSIV:
 
 
 def _micros(moment: datetime) -> int:
-    return (moment - _EPOCH) // timedelta(microseconds=1)
+    return (moment - _ORIGIN) // timedelta(microseconds=1)
 
 
 def _moment(micros: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=micros)
+    return _ORIGIN + timedelta(microseconds=micros)
 
 
 def encode_progress(

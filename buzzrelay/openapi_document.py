@@ -21,13 +21,13 @@ from artifacts.selectors.filters import (
     MAX_TAG_VALUES,
     VIEW_CHANGES,
 )
+from nostr.events import HEX64_PATTERN as HEX64
+from nostr.events import UUID_PATTERN as UUID
 from nostr.kinds import KIND_ARTIFACT
 from relaycore.edge.openapi import RelaySchemaGenerator, Schema, ref
 
 __all__ = ["openapi_document", "relay_components"]
 
-HEX64 = "^[0-9a-f]{64}$"
-UUID = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
 
 def _headers() -> Schema:

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Callable
 
 import httptools
 import orjson
@@ -38,6 +37,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from relaycore.addressing import RequestAddress, host_error, host_header_error
+from relaycore.asgi_types import ASGIApp, Receive, Scope, Send
 from relaycore.http import CORS_HEADERS
 
 __all__ = [
@@ -78,7 +78,7 @@ _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long",
             431: b"Request Header Fields Too Large"}
 
 
-def _refusal(status: int, code: str, message: str) -> bytes:
+def _refusal_bytes(status: int, code: str, message: str) -> bytes:
     """A complete HTTP/1.1 answer in the relay's JSON error shape (PROTOCOL.md section 3)."""
     body = orjson.dumps({"error": code, "message": message})
     return (
@@ -114,7 +114,7 @@ class _Timer:
 class _HeadRefused(Exception):
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
-        self.answer = _refusal(status, code, message)
+        self.answer = _refusal_bytes(status, code, message)
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):  # type: ignore[misc]
@@ -138,7 +138,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):  # type: ignore[misc]
     def _head_timed_out(self) -> None:
         if self._in_head and not self.transport.is_closing():
             if self._head_bytes:
-                self.transport.write(_refusal(
+                self.transport.write(_refusal_bytes(
                     408, "request_timeout",
                     f"the request head did not arrive within {self._head_timeout:g} s"))
             self.transport.close()
@@ -257,10 +257,6 @@ class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):  # type: ignore[misc]
             self.transport.abort()
 
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _JSON_400 = [(b"content-type", b"application/json"),
              *((name.lower().encode(), value.encode()) for name, value in CORS_HEADERS.items())]

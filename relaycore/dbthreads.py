@@ -21,7 +21,7 @@ from functools import wraps
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from relaycore.db import server_spoke_while_idle
+from relaycore.db import RECENT_SECONDS, server_spoke_while_idle
 
 __all__ = ["DB_THREADS", "run_db", "stop_threads"]
 
@@ -46,9 +46,6 @@ def _with_connection[**P, R](fn: Callable[P, R]) -> Callable[P, R]:
     return call
 
 
-# A connection idle this long is checked (a round trip) before its thread's next call: the
-# pool's own check skipped for connections in steady use, as the edge's asyncio pool does.
-RECENT_SECONDS = 2.0
 _last_call = threading.local()
 
 

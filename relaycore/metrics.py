@@ -43,7 +43,7 @@ FLUSH_SECONDS = 5.0
 # wait on socket timeouts to count itself.
 BACKOFF_SECONDS = 30.0
 BUCKET_TTL_SECONDS = 2 * 3600
-KEY_PREFIX = "buzz:metrics:v1"
+CACHE_KEY_PREFIX = "buzz:metrics:v1"
 # Counters summed across processes; rows and fence lag are kept in integer microseconds or rows.
 COUNTERS = ("pages", "resets", "rounds", "rows", "fence_sum_us")
 MAXIMA = ("rows_max", "fence_max_us")
@@ -250,7 +250,7 @@ def flush_metrics() -> None:
 
 
 def _key(minute: int, name: str) -> str:
-    return f"{KEY_PREFIX}:{minute}:{name}"
+    return f"{CACHE_KEY_PREFIX}:{minute}:{name}"
 
 
 def _cause_key(cause: str) -> str:

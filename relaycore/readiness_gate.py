@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ImproperlyConfigured
 
-__all__ = ["ReadinessVerdict", "cached_readiness", "deployment_ready", "use_readiness_verdict"]
+from relaycore.dbthreads import run_db
+
+__all__ = ["ReadinessVerdict", "cached", "ready", "ready_on_loop", "use_readiness_verdict"]
 
 
 @dataclass(frozen=True)
@@ -43,9 +45,17 @@ def _registered() -> ReadinessVerdict:
     return _verdict
 
 
-def deployment_ready() -> bool:
+def ready() -> bool:
+    """The verdict (may read the database: on a database thread)."""
     return _registered().fresh()
 
 
-def cached_readiness() -> bool | None:
+def cached() -> bool | None:
+    """The process's cached verdict, or None when it must be evaluated."""
     return _registered().cached()
+
+
+async def ready_on_loop() -> bool:
+    """The verdict from the event loop: the cached one, else evaluated on a database thread."""
+    verdict = cached()
+    return verdict if verdict is not None else await run_db(ready)

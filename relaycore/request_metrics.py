@@ -10,20 +10,14 @@ client cannot grow the label space with made-up paths.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from relaycore.asgi_types import ASGIApp, Message, Receive, Scope, Send
 from relaycore.metrics import (
     WEBSOCKET_CONNECTIONS,
     WEBSOCKET_CONNECTIONS_OPENED,
     record_http_request,
 )
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Paths outside the URL map: WhiteNoise's static files, answered before Django (their own label
 # however many files there are).

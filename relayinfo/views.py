@@ -15,8 +15,8 @@ from rest_framework.renderers import TemplateHTMLRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from relaycore import readiness_gate
 from relaycore.addressing import in_networks
-from relaycore.dbthreads import run_db
 from relaycore.edge.openapi import (
     COMMON_ERRORS,
     JSON,
@@ -37,7 +37,6 @@ from relaycore.http import (
 )
 from relayinfo.exposition import prometheus_exposition
 from relayinfo.nip11 import relay_information
-from relayinfo.readiness import cached_readiness, deployment_ready
 
 _NIP11_OK = (
     "The NIP-11 document (on `/`, unless Accept names `application/nostr+json`: the relay's"
@@ -90,7 +89,7 @@ class RelayInfoView(RelayAPIView):
     async def serve(self, request: Request, parsed: None) -> HttpResponseBase:
         community = request.community  # type: ignore[attr-defined]
         # Readiness only where it can change the answer (cached per process anyway).
-        ready = community.artifacts_enabled and await _deployment_ready()
+        ready = community.artifacts_enabled and await readiness_gate.ready_on_loop()
         if request.accepted_media_type == NOSTR_JSON:
             response = Response(relay_information(community=community, ready=ready))
         else:
@@ -107,11 +106,6 @@ class RelayInfoView(RelayAPIView):
         patch_vary_headers(response, ["Accept"])
         patch_cache_control(response, no_cache=True)
         return response
-
-
-async def _deployment_ready() -> bool:
-    cached = cached_readiness()
-    return cached if cached is not None else await run_db(deployment_ready)
 
 
 @plain_view_schema(

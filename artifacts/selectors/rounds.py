@@ -55,8 +55,6 @@ from artifacts.selectors.view import (
     PROBE_COLUMNS,
     PROBE_FROM,
     UNRECOVERABLE,
-    Rows,
-    Statement,
     ViewProbe,
     derive_change,
     load_sets,
@@ -76,6 +74,7 @@ from artifacts.tokens import (
     encode_progress,
     token_binding,
 )
+from relaycore.steps import Rows, Statement, drive
 
 # Candidate rows one page may examine, across its phases: the bounded work of a page.
 SCAN_BUDGET = 4000
@@ -226,13 +225,7 @@ def read_page(
 
 def run_steps(cursor: CursorWrapper, steps: PageSteps) -> Page:
     """Drive a page's statements through a Django cursor (the page's transaction)."""
-    try:
-        statement = next(steps)
-        while True:
-            statement = steps.send(execute_prepared(cursor, *statement))
-    except StopIteration as done:
-        page: Page = done.value
-        return page
+    return drive(steps, lambda statement: execute_prepared(cursor, *statement))
 
 
 def page_steps(

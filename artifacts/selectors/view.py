@@ -39,7 +39,7 @@ transaction (`store_sets_statement`, run by the page's driver before it hands ou
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Generator, Mapping
+from collections.abc import Generator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -48,14 +48,13 @@ import orjson
 from django.db.backends.utils import CursorWrapper
 
 from artifacts.tokens import MAX_CATCHUP_CHANNELS, MAX_PRIVATE_CHANNELS, ProgressToken
+from relaycore.steps import Rows, Statement
 
 DIGEST_BYTES = 16
 _ORIGIN = datetime(1970, 1, 1, tzinfo=UTC)
 
 # One statement a page needs run in its snapshot (SQL, parameters); the driver sends back its
 # rows (artifacts.selectors.rounds.page_steps).
-Statement = tuple[str, Mapping[str, Any]]
-Rows = list[Any]
 
 
 @dataclass(frozen=True, slots=True)

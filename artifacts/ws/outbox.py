@@ -35,13 +35,13 @@ __all__ = ["Outbox"]
 
 logger = logging.getLogger(__name__)
 
-Send = Callable[[str], Awaitable[None]]
+SendFrame = Callable[[str], Awaitable[None]]
 
 NOTICE_INTERVAL = 2.0
 
 
 class Outbox:
-    def __init__(self, send: Send, *, max_live: int, max_bytes: int) -> None:
+    def __init__(self, send: SendFrame, *, max_live: int, max_bytes: int) -> None:
         self.send = send
         self.max_live = max_live
         self.max_bytes = max_bytes

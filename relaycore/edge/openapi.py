@@ -35,7 +35,6 @@ __all__ = [
     "AUTHENTICATED_ERRORS",
     "COMMON_ERRORS",
     "JSON",
-    "NOSTR_JSON",
     "Answer",
     "RelayAutoSchema",
     "RelaySchemaGenerator",
@@ -45,7 +44,6 @@ __all__ = [
 ]
 
 JSON = "application/json"
-NOSTR_JSON = "application/nostr+json"
 
 Schema = dict[str, Any]
 V = TypeVar("V", bound=Callable[..., Any])
@@ -60,8 +58,8 @@ def _header(name: str) -> Schema:
     return {"$ref": f"#/components/headers/{name}"}
 
 
-# Every answer, errors and preflights included (relaycore.http.CORS_HEADERS).
-CORS_HEADERS = {
+# Every answer, errors and preflights included (relaycore.http.CORS_HEADERS, as answers carry them).
+CORS_ANSWER_HEADERS = {
     "Access-Control-Allow-Origin": _header("CorsAllowOrigin"),
     "Access-Control-Allow-Headers": _header("CorsAllowHeaders"),
     "Access-Control-Allow-Methods": _header("CorsAllowMethods"),
@@ -158,7 +156,7 @@ class RelayAutoSchema(AutoSchema):
                 "summary": f"CORS preflight for {path}",
                 "description": "Answered without authentication and without a community lookup.",
                 "responses": {
-                    "204": {"description": "Preflight accepted.", "headers": CORS_HEADERS}
+                    "204": {"description": "Preflight accepted.", "headers": CORS_ANSWER_HEADERS}
                 },
             }
         return super().get_operation(path, path_regex, path_prefix, method, registry)
@@ -211,7 +209,7 @@ class RelayAutoSchema(AutoSchema):
         response: Schema = super()._get_response_for_code(
             serializer, status_code, media_types, direction
         )
-        response["headers"] = {**CORS_HEADERS, **response.get("headers", {}), **headers}
+        response["headers"] = {**CORS_ANSWER_HEADERS, **response.get("headers", {}), **headers}
         return response
 
 

@@ -44,7 +44,7 @@ from artifacts.services.communities import community_update_policy
 from artifacts.services.members import member_remove
 from artifacts.signals import StoredEvent
 from artifacts.ws.consumer import Subscription, SyncConsumer
-from artifacts.ws.filters import parse_filter as parse_ws_filter
+from artifacts.ws.filters import parse_req_filter as parse_ws_filter
 from artifacts.ws.hub import SyncHub
 from artifacts.ws.outbox import Outbox
 from artifacts.ws.publish import commit_message
