@@ -86,9 +86,11 @@ APPEND_SLASH = False
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        # Inside the buzzrelay package, so the relay's wheel carries them (pyproject's
-        # package-data); first, so the relay's admin/index.html overrides the admin's own.
-        "DIRS": [Path(__file__).resolve().parent / "templates"],
+        # The repository's top-level templates/ (the project card's layout), reached through
+        # buzzrelay/templates, a link to it, so the relay's wheel carries them as the package's
+        # data (pyproject's package-data) and an installed relay finds them in its package;
+        # first, so the relay's admin/index.html overrides the admin's own.
+        "DIRS": [Path(__file__).parent / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
