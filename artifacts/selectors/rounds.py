@@ -13,7 +13,7 @@ A page, in order:
    a retired key or an older token version reset too, decided in step 1. A view change applied
    incrementally names the channels lost (`removed_channels`) and adds those gained to the
    round's catch-up; the view is recovered from the token's reference, for the channels that
-   changed only (artifacts.selectors.view);
+   changed only (artifacts.selectors.reader_view);
 5. walks the round's own phases (FULL, or HEADS then MOVES), then its catch-up (the heads of the
    channels gained, `_catch_up`), each in bounded steps, until the page holds `limit` entries,
    about 1 MiB of events, or the scan budget is spent;
@@ -43,15 +43,7 @@ from django.db.backends.utils import CursorWrapper
 from artifacts.selectors.budget import execute_prepared, read_transaction
 from artifacts.selectors.fence import read_fence
 from artifacts.selectors.filters import QueryFilter
-from artifacts.selectors.round_sql import (
-    CatchupTrailer,
-    WindowTrailer,
-    catchup_sql,
-    split_trailer,
-    window_sql,
-)
-from artifacts.selectors.sync_epoch import EPOCH_SQL, database_identity
-from artifacts.selectors.view import (
+from artifacts.selectors.reader_view import (
     PROBE_COLUMNS,
     PROBE_FROM,
     UNRECOVERABLE,
@@ -64,6 +56,14 @@ from artifacts.selectors.view import (
     summary_digest,
     view_unchanged,
 )
+from artifacts.selectors.round_sql import (
+    CatchupTrailer,
+    WindowTrailer,
+    catchup_sql,
+    split_trailer,
+    window_sql,
+)
+from artifacts.selectors.sync_epoch import EPOCH_SQL, database_identity
 from artifacts.tokens import (
     MAX_CATCHUP_CHANNELS,
     Phase,

@@ -34,7 +34,7 @@ from artifacts.selectors.readability import (
     ANY_READER,
     channel_is_readable,
     head_is_readable,
-    policy_is_allowing,
+    policy_allows_type,
     readable_channels,
     revision_is_readable,
 )
@@ -139,7 +139,7 @@ class World:
         )
 
     def policy_ok(self, artifact_type: str) -> bool:
-        return policy_is_allowing(artifact_type, enabled=self.enabled, allowed_types=self.types)
+        return policy_allows_type(artifact_type, enabled=self.enabled, allowed_types=self.types)
 
     def readable_heads(self, readers: list[str], *, channels: list[int] | None = None,
                        types: list[str] | None = None) -> dict[str, str]:
