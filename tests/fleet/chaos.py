@@ -151,6 +151,7 @@ class Figures:
     divergences: int = 0
     resends: int = 0
     rounds: int = 0
+    largest_collection: int = 0
     answers: Counter[int] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
 
@@ -159,7 +160,8 @@ class Figures:
                 f" {dict(sorted(self.fault_kinds.items()))},"
                 f" {self.writes_acknowledged} writes acknowledged ({self.resends} resent after"
                 f" an answer that was not definite), {self.writes_lost} writes lost,"
-                f" {self.rounds} reader rounds, {self.collections_checked} collections checked,"
+                f" {self.rounds} reader rounds, {self.collections_checked} collections checked"
+                f" (largest {self.largest_collection}),"
                 f" {self.divergences} divergences; answers {dict(sorted(self.answers.items()))}")
 
 
@@ -534,6 +536,7 @@ class Schedule:
                 lambda reader=reader: fresh_full_read(reader.client, self.filter))
             model = self.model.readable(reader.client.pubkey)
             figures.collections_checked += 1
+            figures.largest_collection = max(figures.largest_collection, len(fresh))
             held = reader.ids()
             if not held == fresh == model:
                 figures.divergences += 1
