@@ -98,12 +98,16 @@ class Answers(nginx_fleet.Answers):
     def __init__(self) -> None:
         super().__init__()
         self.server_errors_at: list[tuple[float, int]] = []
+        self.unauthorized_at: list[float] = []
 
     def record(self, status: int) -> None:
         super().record(status)
         if status >= 500 or status == 0:
             with self.lock:
                 self.server_errors_at.append((time.monotonic(), status))
+        elif status == 401:
+            with self.lock:
+                self.unauthorized_at.append(time.monotonic())
 
 
 @dataclass
@@ -152,6 +156,10 @@ class Figures:
     resends: int = 0
     rounds: int = 0
     largest_collection: int = 0
+    # 401s answered while an instance was being killed: nginx passes a request the dead instance
+    # had taken (its NIP-98 event already claimed) to the next one (`proxy_next_upstream ...
+    # non_idempotent`), which refuses the replayed header; the client signs anew and retries.
+    unauthorized_in_kills: int = 0
     answers: Counter[int] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
 
@@ -162,7 +170,8 @@ class Figures:
                 f" an answer that was not definite), {self.writes_lost} writes lost,"
                 f" {self.rounds} reader rounds, {self.collections_checked} collections checked"
                 f" (largest {self.largest_collection}),"
-                f" {self.divergences} divergences; answers {dict(sorted(self.answers.items()))}")
+                f" {self.divergences} divergences; answers {dict(sorted(self.answers.items()))}"
+                f" ({self.unauthorized_in_kills} of the 401s during a kill)")
 
 
 class Fleet:
@@ -383,6 +392,7 @@ class Schedule:
         self.subscribers = [Subscriber(public, self.answers, self.owner.secret, self.open)
                             for _ in range(subscribers)]
         self.windows: list[tuple[float, float]] = []
+        self.kill_windows: list[tuple[float, float]] = []
         self.stop = threading.Event()
         self.pause = threading.Event()
         self.errors: list[BaseException] = []
@@ -610,7 +620,10 @@ class Schedule:
             wait_until(lambda: all(s.connects for s in self.subscribers), timeout=30)
             for fault in faults:
                 time.sleep(self.phase_seconds)
-                self.windows.append(fault(self.rng))
+                window = fault(self.rng)
+                self.windows.append(window)
+                if fault == self.fleet.kill_one:
+                    self.kill_windows.append(window)
                 self.figures.faults += 1
                 self.figures.fault_kinds[fault.__name__] += 1
                 self.check(f"after {fault.__name__}")
@@ -630,6 +643,9 @@ class Schedule:
                     reader.close()
         self.figures.schedules += 1
         self.figures.answers.update(self.answers.statuses)
+        self.figures.unauthorized_in_kills += sum(
+            any(start <= at <= end for start, end in self.kill_windows)
+            for at in self.answers.unauthorized_at)
         stray = self.outside_windows()
         if stray:
             self.figures.divergences += 1
