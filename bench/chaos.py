@@ -15,6 +15,7 @@ import argparse
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -43,7 +44,16 @@ def main() -> int:
             seed = chosen.pop(0) if chosen else args.first_seed
             while True:
                 before = figures.divergences
-                Schedule(fleet, seed, figures, phase_seconds=args.phase_seconds).run()
+                try:
+                    Schedule(fleet, seed, figures, phase_seconds=args.phase_seconds).run()
+                except Exception:
+                    # The harness itself failed (a fault it could not inject): the figures so
+                    # far stand, the fleet may not, so the run ends here.
+                    traceback.print_exc()
+                    print(f"schedule {seed} CRASHED (harness); figures so far:"
+                          f" {figures.line()}", flush=True)
+                    failed.append(seed)
+                    break
                 if figures.divergences != before:
                     failed.append(seed)
                     print(f"schedule {seed} FAILED: {figures.notes[-3:]}\n  replay:"
@@ -58,7 +68,7 @@ def main() -> int:
                 if time.monotonic() > deadline:
                     break
                 seed += 1
-    print(f"\n{figures.line()}\nfailed seeds: {failed or 'none'}"
+    print(f"\n{figures.line()}\nnotes: {figures.notes}\nfailed seeds: {failed or 'none'}"
           f" ({(time.monotonic() - started) / 60:.1f} min)")
     return 1 if failed or figures.writes_lost else 0
 
