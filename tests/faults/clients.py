@@ -185,6 +185,9 @@ class Collection:
     resets: int = 0
     pages: list[dict[str, Any]] = field(default_factory=list)
     keep_pages: bool = False
+    # The last applied page had `more: true`: `progress` resumes a round begun earlier, whose T
+    # is that round's first page's (PROTOCOL.md section 5, "Resumed rounds").
+    mid_round: bool = False
 
     def round(self, *, max_pages: int = 1000, retry_unavailable: bool = False) -> None:
         """Run pages until `more` is false, applying each (upsert and delete by `d`).
@@ -213,14 +216,22 @@ class Collection:
             for removal in page["removed"]:
                 self.items.pop(removal["d"], None)
             self.progress = page["progress"]
+            self.mid_round = page["more"]
             if not page["more"]:
                 return
         raise AssertionError("round did not finish")
 
     def catch_up(self, *, retry_unavailable: bool = False) -> None:
-        """A round that sees every write acknowledged before this call: the relay reads each
-        round's fence afresh (PROTOCOL.md section 5, read-your-writes)."""
+        """Rounds that see every write acknowledged before this call: the relay reads each
+        round's fence afresh (PROTOCOL.md section 5, read-your-writes). A collection left in the
+        middle of a round (a page failed: a fault) first finishes that round, which keeps its
+        first page's T, older than this call; then one more round, begun now, covers the rest
+        ("Resumed rounds"). One round alone missed the changes stamped between the two: the
+        chaos run's divergences after a PostgreSQL restart (docs/reliability.md section 12)."""
+        resumed = self.mid_round
         self.round(retry_unavailable=retry_unavailable)
+        if resumed:
+            self.round(retry_unavailable=retry_unavailable)
 
     def ids(self) -> dict[str, str]:
         return {d: event["id"] for d, event in self.items.items()}

@@ -68,10 +68,11 @@ class Standby:
         self.server.stop("immediate")
 
 
-def start_standby(dep: Deployment, name: str = "standby", *, synchronous: bool = False
-                  ) -> Standby:
+def start_standby(dep: Deployment, name: str = "standby", *, synchronous: bool = False,
+                  port: int | None = None) -> Standby:
     """A hot standby of `dep`'s primary, streaming; with `synchronous`, the primary waits for
-    it to flush every commit before acknowledging it (`synchronous_standby_names`)."""
+    it to flush every commit before acknowledging it (`synchronous_standby_names`). `port`: a
+    port of its own (a dead primary's, so that a multi-host URL keeps naming both servers)."""
     target = dep.root / name
     target.mkdir()
     _chown_for_postgres(target)
@@ -87,7 +88,7 @@ def start_standby(dep: Deployment, name: str = "standby", *, synchronous: bool =
             f" application_name={name}'\n"
         )
     target.chmod(0o700)
-    server = EmbeddedPostgres(target, free_port())
+    server = EmbeddedPostgres(target, port or free_port())
     server.start()
     standby = Standby(server, name, dep.database)
     if synchronous:

@@ -4,11 +4,16 @@ subscribers throughout, and faults injected mid-run. After each fault and at the
 collection must equal a fresh full read and the oracle's own model of what each reader may read,
 built from the acknowledged writes only.
 
-What it covers (issue 36's list, honestly): writers (create, update, delete, restore, move,
-redaction), grants and removals in private channels, raw-HTTP readers continuing rounds, and
-WebSocket subscribers; faults: kill -9 of one instance (restarted on its port) and a PostgreSQL
-restart. Not here: buzz-sync readers, a standby promotion, a Redis master kill under Sentinel
-(tests/faults/test_failover.py and test_redis_sentinel.py cover those faults on their own).
+What it covers (issue 36's list): writers (create, update, delete, restore, move, redaction),
+grants and removals in private channels, readers continuing rounds over raw HTTP
+(tests/faults/clients.Collection) and with buzz-sync (buzzclient.Syncer: its own SQLite file,
+incremental view changes, pages fetched ahead), and WebSocket subscribers; the database is a
+primary with a synchronous streaming standby, Redis a master and replica under three sentinels
+with a password of their own; faults, each schedule all four in a seeded order: kill -9 of one
+instance (restarted on its port), a PostgreSQL restart (fast shutdown), a standby promotion (the
+primary stopped `immediate`, the standby promoted, a new synchronous standby made on the dead
+primary's port), and a SIGKILL of the Redis master (the sentinels promote the replica; the old
+master comes back as its replica).
 
 The oracle:
 - a write is acknowledged when a relay answered it `OK true`; an answer that is not definite (a
@@ -20,7 +25,12 @@ The oracle:
   fresh full read with its key, and both equal the model's readable set for that key;
 - subscribers converge: a write made after the last check reaches every subscriber live;
 - no 5xx outside the windows the faults document: from a kill until the instance is back and
-  nginx's fail_timeout has passed, from PostgreSQL's stop until 5 s after it accepts again.
+  nginx's fail_timeout has passed, from PostgreSQL's stop (or the primary's crash) until 5 s
+  after it (or the promoted standby) accepts again; a Redis failover documents none.
+
+A reader's collection may be left in the middle of a round by a fault (a page answered 503): its
+catch-up then finishes that round and runs one more (PROTOCOL.md section 5, "Resumed rounds"),
+as any client must.
 
 `BUZZ_CHAOS_SEED` replays one schedule: a failing run prints its seed and that command.
 `bench/chaos.py` runs the long form (more seeds, longer phases) with the same runner.
@@ -30,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -39,10 +50,29 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 
-from tests.deploy.nginx import PublicEndpoint, self_signed_certificate, start_nginx
+from buzzclient import RelayInfo, Syncer
+from buzzclient.backoff import RetryPolicy
+from buzzclient.errors import SyncError
+from buzzrelay.embedded import redis_server_binary
+from tests.deploy.nginx import (
+    PUBLIC_HOST,
+    PublicEndpoint,
+    SniTransport,
+    Tls,
+    self_signed_certificate,
+    start_nginx,
+)
 from tests.faults.clients import Collection, d_of, fresh_full_read
-from tests.faults.deployment import Deployment, Relay
+from tests.faults.deployment import HOST, Deployment, Relay
+from tests.faults.engines import (
+    RedisNode,
+    _port_open,
+    start_sentinel_set,
+    wait_for_failover,
+)
+from tests.faults.replication import Standby, multi_host_url, start_standby
 from tests.faults.waits import wait_until
 from tests.fleet import test_behind_nginx as nginx_fleet
 from tests.fleet.test_behind_nginx import (
@@ -56,6 +86,11 @@ RELAYS = 3
 # After PostgreSQL accepts connections again, answers may still be 503 for this long (the pools
 # reconnect within ~1 s; a page begun before may still fail).
 POSTGRES_GRACE_SECONDS = 5.0
+# The sentinels' own password (tests/faults/test_redis_sentinel.py: the relays give it to them
+# in REDIS_SENTINEL_PASSWORD).
+SENTINEL_PASSWORD = "chaos-sentinel"
+# Retries of buzz-sync readers: short, the schedule judges convergence after each fault anyway.
+SYNC_RETRY = RetryPolicy(base=0.2, cap=2.0, max_attempts=6, connect_attempts=3)
 
 
 class Answers(nginx_fleet.Answers):
@@ -64,12 +99,16 @@ class Answers(nginx_fleet.Answers):
     def __init__(self) -> None:
         super().__init__()
         self.server_errors_at: list[tuple[float, int]] = []
+        self.unauthorized_at: list[float] = []
 
     def record(self, status: int) -> None:
         super().record(status)
         if status >= 500 or status == 0:
             with self.lock:
                 self.server_errors_at.append((time.monotonic(), status))
+        elif status == 401:
+            with self.lock:
+                self.unauthorized_at.append(time.monotonic())
 
 
 @dataclass
@@ -110,34 +149,62 @@ class Model:
 class Figures:
     schedules: int = 0
     faults: int = 0
+    fault_kinds: Counter[str] = field(default_factory=Counter)
     writes_acknowledged: int = 0
     writes_lost: int = 0
     collections_checked: int = 0
     divergences: int = 0
     resends: int = 0
     rounds: int = 0
+    largest_collection: int = 0
+    # 401s answered while an instance was being killed: nginx passes a request the dead instance
+    # had taken (its NIP-98 event already claimed) to the next one (`proxy_next_upstream ...
+    # non_idempotent`), which refuses the replayed header; the client signs anew and retries.
+    unauthorized_in_kills: int = 0
     answers: Counter[int] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
 
     def line(self) -> str:
-        return (f"chaos: {self.schedules} schedules, {self.faults} faults injected,"
+        return (f"chaos: {self.schedules} schedules, {self.faults} faults injected"
+                f" {dict(sorted(self.fault_kinds.items()))},"
                 f" {self.writes_acknowledged} writes acknowledged ({self.resends} resent after"
                 f" an answer that was not definite), {self.writes_lost} writes lost,"
-                f" {self.rounds} reader rounds, {self.collections_checked} collections checked,"
-                f" {self.divergences} divergences; answers {dict(sorted(self.answers.items()))}")
+                f" {self.rounds} reader rounds, {self.collections_checked} collections checked"
+                f" (largest {self.largest_collection}),"
+                f" {self.divergences} divergences; answers {dict(sorted(self.answers.items()))}"
+                f" ({self.unauthorized_in_kills} of the 401s during a kill)")
 
 
 class Fleet:
-    """Three relays behind nginx on one fault deployment, for every schedule of a run."""
+    """Three relays behind nginx on one fault deployment, for every schedule of a run: the
+    database a primary with a synchronous streaming standby (the relays' DATABASE_URL names
+    both, libpq's `target_session_attrs=read-write` finds the primary), Redis a master and a
+    replica under three sentinels with a password of their own."""
 
     def __init__(self, dep: Deployment, folder: Path, stack: contextlib.ExitStack) -> None:
         self.dep = dep
-        self.relays = [dep.start_relay(env=RELAY_ENV) for _ in range(RELAYS)]
+        self.sentinels = start_sentinel_set(dep.root, sentinels=3, password=SENTINEL_PASSWORD)
+        stack.callback(self.sentinels.stop)
+        self.promotions = 0
+        self.skipped: list[str] = []  # faults the fleet could not inject, and why
+        self.standby: Standby = start_standby(dep, "standby-0", synchronous=True)
+        stack.callback(lambda: self.standby.stop())
+        self.env = {
+            **RELAY_ENV,
+            # Fixed for the whole run: each promotion puts the next standby on the dead
+            # primary's port, so these two ports always hold the primary and its standby.
+            "DATABASE_URL": multi_host_url(dep, self.standby),
+            "REDIS_URL": self.sentinels.url(0),
+            "REDIS_SENTINELS": self.sentinels.addresses,
+            "REDIS_SENTINEL_PASSWORD": SENTINEL_PASSWORD,
+        }
+        self.relays = [dep.start_relay(env=self.env) for _ in range(RELAYS)]
         tls = self_signed_certificate(folder)
         proxy = start_nginx(folder, upstreams=[relay.port for relay in self.relays], tls=tls)
         stack.callback(proxy.stop)
         self.proxy = proxy
         self.public = PublicEndpoint(tls, proxy.https_port)
+        self.folder = folder
 
     def kill_one(self, rng: random.Random) -> tuple[float, float]:
         """kill -9 of a seeded instance, restarted on its port: the window it documents."""
@@ -145,17 +212,162 @@ class Fleet:
         started = time.monotonic()
         relay = self.relays[index]
         relay.kill()
-        self.relays[index] = self.dep.start_relay(port=relay.port, env=RELAY_ENV)
+        self.relays[index] = self.dep.start_relay(port=relay.port, env=self.env)
         wait_until(lambda: _ready(self.relays[index]), timeout=60)
         time.sleep(NGINX_FAIL_TIMEOUT + 1)  # nginx takes it back after fail_timeout
         return started, time.monotonic()
 
     def restart_postgres(self, rng: random.Random) -> tuple[float, float]:
+        """Fast shutdown of the primary, 1-4 s down, started again."""
         started = time.monotonic()
         self.dep.stop_postgres()
         time.sleep(rng.uniform(1, 4))
         self.dep.start_postgres()
         return started, time.monotonic() + POSTGRES_GRACE_SECONDS
+
+    def promote_standby(self, rng: random.Random) -> tuple[float, float]:
+        """The primary crashes (immediate stop) and its synchronous standby is promoted: every
+        acknowledged write was flushed there first, so none may be lost. A new synchronous
+        standby of the new primary then takes the dead primary's port, for the next one."""
+        started = time.monotonic()
+        dead = self.dep.postgres
+        dead.stop("immediate")
+        self.standby.promote()
+        self.dep.postgres = self.standby.server
+        wait_until(lambda: not self.dep.sql("SELECT pg_is_in_recovery()")[0][0], timeout=60)
+        window_end = time.monotonic() + POSTGRES_GRACE_SECONDS
+        self.promotions += 1
+        self.standby = start_standby(self.dep, f"standby-{self.promotions}", synchronous=True,
+                                     port=dead.port)
+        return started, window_end
+
+    def kill_redis_master(self, rng: random.Random) -> tuple[float, float]:
+        """SIGKILL of the Redis master: the sentinels promote its replica, and the old master
+        comes back as the new one's replica (for the next failover). Redis is on no answer's
+        path (PROTOCOL.md section 5): the window is empty, a 5xx here is a divergence. Skipped
+        (and counted) when the replica is not in sync first: the sentinels would have nothing
+        to promote."""
+        topology = self.sentinels
+        try:
+            wait_until(lambda: _linked(topology.replica), timeout=60, interval=0.5)
+        except AssertionError:
+            self.skipped.append("kill_redis_master: the replica was not in sync")
+            now = time.monotonic()
+            return now, now
+        old = topology.master
+        old.kill()
+        wait_for_failover(topology, old.port, timeout=60)
+        topology.master, topology.replica = topology.replica, _restart_as_replica(
+            old, topology.folder, master_port=topology.replica.port)
+        now = time.monotonic()
+        return now, now
+
+    def faults(self) -> list[Any]:
+        return [self.kill_one, self.restart_postgres, self.promote_standby,
+                self.kill_redis_master]
+
+
+def _restart_as_replica(node: RedisNode, folder: Path, *, master_port: int) -> RedisNode:
+    """A killed Redis node started again on its port, replicating `master_port` (the sentinels
+    would reconfigure it too; named here so that it is a replica from its first second)."""
+    node_dir = folder / f"node-{node.port}-{time.monotonic_ns()}"
+    node_dir.mkdir()
+    process = subprocess.Popen(
+        [redis_server_binary(), "--port", str(node.port), "--bind", HOST, "--save", "",
+         "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
+         "--dir", str(node_dir), "--replicaof", HOST, str(master_port)],
+        stdout=(node_dir / "redis.log").open("ab"), stderr=subprocess.STDOUT,
+    )
+    wait_until(lambda: _port_open(node.port), timeout=30)
+    # In sync later: the next kill waits for it (`_linked`).
+    return RedisNode(process, node.port)
+
+
+def _linked(node: RedisNode) -> bool:
+    try:
+        return node.client().info("replication").get("master_link_status") == "up"
+    except redis.RedisError:
+        return False
+
+
+class CountingTransport(SniTransport):
+    """buzz-sync's transport through the proxy: the public name in the URL, SNI and Host, the
+    connection to loopback, every answer counted with the schedule's."""
+
+    def __init__(self, tls: Tls, answers: Answers) -> None:
+        super().__init__(tls)
+        self.answers = answers
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        request.url = request.url.copy_with(host="127.0.0.1")
+        try:
+            response = super().handle_request(request)
+        except httpx.TransportError:
+            self.answers.record(0)
+            raise
+        self.answers.record(response.status_code)
+        return response
+
+
+class HttpReader:
+    """A reader running rounds over raw HTTP (tests/faults/clients.Collection)."""
+
+    kind = "http"
+
+    def __init__(self, client: CountingClient, filter_: dict[str, Any]) -> None:
+        self.client = client
+        self.collection = Collection(client, dict(filter_))
+
+    def round(self) -> None:
+        self.collection.round()
+
+    def catch_up(self) -> None:
+        self.collection.catch_up()
+
+    def ids(self) -> dict[str, str]:
+        return self.collection.ids()
+
+
+class SyncReader:
+    """A reader that is buzz-sync (buzzclient.Syncer, its own SQLite file) through the proxy:
+    incremental view changes on, pages fetched ahead, 503s retried with its own backoff."""
+
+    kind = "buzz-sync"
+
+    def __init__(self, client: CountingClient, channels: list[str], public: PublicEndpoint,
+                 answers: Answers, folder: Path) -> None:
+        self.client = client
+        http = httpx.Client(transport=CountingTransport(public.tls, answers), timeout=15)
+        self.syncer = Syncer(
+            relay_url=f"https://{PUBLIC_HOST}:{public.port}", secret_hex=client.secret,
+            db=folder / f"buzz-sync-{client.pubkey[:16]}.sqlite", channels=channels,
+            http_client=http, retry=SYNC_RETRY)
+        self.info: RelayInfo | None = None
+
+    def _info(self) -> RelayInfo:
+        if self.info is None:
+            self.info = self.syncer.relay_info()
+        return self.info
+
+    def round(self) -> None:
+        self.syncer.run_round(info=self._info())
+
+    def catch_up(self) -> None:
+        # A round that finished one an interrupted page left open keeps that round's T:
+        # one more round, begun now (PROTOCOL.md section 5, "Resumed rounds").
+        if self.syncer.run_round(info=self._info()).resumed:
+            self.syncer.run_round(info=self._info())
+
+    def ids(self) -> dict[str, str]:
+        return self.syncer.heads()
+
+    def close(self) -> None:
+        self.syncer.close()
+
+
+Reader = HttpReader | SyncReader
+# What a reader's round may raise during a fault window: judged by the windows, not here.
+ROUND_FAILURES = (AssertionError, httpx.TransportError, SyncError)
 
 
 def _ready(relay: Relay) -> bool:
@@ -169,7 +381,8 @@ class Schedule:
     """One seeded schedule on the fleet: its own channels, readers and subscribers."""
 
     def __init__(self, fleet: Fleet, seed: int, figures: Figures, *, readers: int = 3,
-                 subscribers: int = 2, phase_seconds: float = 6.0) -> None:
+                 sync_readers: int = 2, subscribers: int = 2, phase_seconds: float = 6.0
+                 ) -> None:
         self.fleet, self.seed, self.figures = fleet, seed, figures
         self.rng = random.Random(seed)
         self.phase_seconds = phase_seconds
@@ -183,13 +396,18 @@ class Schedule:
         # Reads name this schedule's channels: the open channels of earlier schedules on the
         # same community are readable too, and are no part of this model.
         self.filter = {"#h": [self.open, *self.private]}
-        self.readers = [CountingClient(public, self.answers) for _ in range(readers)]
-        self.collections = [Collection(reader, dict(self.filter)) for reader in self.readers]
-        # One lock per collection: the reader's rounds and the oracle's catch-up take turns.
+        self.readers: list[Reader] = [
+            HttpReader(CountingClient(public, self.answers), self.filter) for _ in range(readers)]
+        self.readers += [
+            SyncReader(CountingClient(public, self.answers), self.filter["#h"], public,
+                       self.answers, fleet.folder)
+            for _ in range(sync_readers)]
+        # One lock per reader: its rounds and the oracle's catch-up take turns.
         self.reading = [threading.Lock() for _ in self.readers]
         self.subscribers = [Subscriber(public, self.answers, self.owner.secret, self.open)
                             for _ in range(subscribers)]
         self.windows: list[tuple[float, float]] = []
+        self.kill_windows: list[tuple[float, float]] = []
         self.stop = threading.Event()
         self.pause = threading.Event()
         self.errors: list[BaseException] = []
@@ -232,7 +450,7 @@ class Schedule:
         live = list(model.heads)
         if roll < 0.12:  # a grant or a removal in a private channel
             channel = rng.choice(self.private)
-            reader = rng.choice(self.readers).pubkey
+            reader = rng.choice(self.readers).client.pubkey
             # A content of its own: a grant (or removal) like one signed in the same second
             # would be the same event, answered `duplicate:` and applied no second time.
             self.membership_changes += 1
@@ -278,14 +496,14 @@ class Schedule:
             time.sleep(0.02)
 
     def _reader(self, index: int) -> None:
-        collection = self.collections[index]
+        reader = self.readers[index]
         while not self.stop.is_set():
             if not self.pause.is_set():
                 try:
                     with self.reading[index]:
-                        collection.round()
+                        reader.round()
                     self.figures.rounds += 1
-                except (AssertionError, httpx.TransportError):
+                except ROUND_FAILURES:
                     pass  # a 5xx or a dropped connection: counted by Answers, judged by windows
             time.sleep(0.05)
 
@@ -337,20 +555,23 @@ class Schedule:
                                  f" {[self._explain(d, stored) for d in lost[:3]]}; extra:"
                                  f" {sorted(set(stored) - set(expected))[:3]}")
         # check() holds every reader's lock: no round of theirs runs meanwhile.
-        for reader, collection in zip(self.readers, self.collections, strict=True):
-            self._retrying(collection.catch_up)
-            fresh = self._retrying(lambda reader=reader: fresh_full_read(reader, self.filter))
-            model = self.model.readable(reader.pubkey)
+        for reader in self.readers:
+            self._retrying(reader.catch_up)
+            fresh = self._retrying(
+                lambda reader=reader: fresh_full_read(reader.client, self.filter))
+            model = self.model.readable(reader.client.pubkey)
             figures.collections_checked += 1
-            if not collection.ids() == fresh == model:
+            figures.largest_collection = max(figures.largest_collection, len(fresh))
+            held = reader.ids()
+            if not held == fresh == model:
                 figures.divergences += 1
-                held = collection.ids()
                 differ = sorted(d for d in set(held) | set(fresh) | set(model)
                                 if len({held.get(d), fresh.get(d), model.get(d)}) > 1)
                 figures.notes.append(
-                    f"seed {self.seed} {when}: reader {reader.pubkey[:8]}: collection"
-                    f" {len(held)}, fresh read {len(fresh)}, model {len(model)}; differing:"
-                    f" {[self._differs(d, reader.pubkey, held, fresh, model) for d in differ[:3]]}")
+                    f"seed {self.seed} {when}: {reader.kind} reader {reader.client.pubkey[:8]}:"
+                    f" collection {len(held)}, fresh read {len(fresh)}, model {len(model)};"
+                    f" differing: {[self._differs(d, reader.client.pubkey, held, fresh, model)
+                                    for d in differ[:3]]}")
 
     def _explain(self, d: str, stored: dict[str, str]) -> str:
         """A lost write as the model, the read and the primary's own table each see it."""
@@ -379,7 +600,7 @@ class Schedule:
         for _ in range(50):
             try:
                 return read()
-            except (AssertionError, httpx.TransportError):
+            except ROUND_FAILURES:
                 time.sleep(0.3)
         return read()
 
@@ -403,8 +624,8 @@ class Schedule:
     def run(self) -> None:
         threads = [threading.Thread(target=self._guard(self._writer), daemon=True)]
         threads += [threading.Thread(target=self._guard(lambda i=i: self._reader(i)), daemon=True)
-                    for i in range(len(self.collections))]
-        faults = [self.fleet.kill_one, self.fleet.restart_postgres]
+                    for i in range(len(self.readers))]
+        faults = self.fleet.faults()
         self.rng.shuffle(faults)
         try:
             for subscriber in self.subscribers:
@@ -414,8 +635,16 @@ class Schedule:
             wait_until(lambda: all(s.connects for s in self.subscribers), timeout=30)
             for fault in faults:
                 time.sleep(self.phase_seconds)
-                self.windows.append(fault(self.rng))
-                self.figures.faults += 1
+                skipped = len(self.fleet.skipped)
+                window = fault(self.rng)
+                self.windows.append(window)
+                if fault == self.fleet.kill_one:
+                    self.kill_windows.append(window)
+                if len(self.fleet.skipped) == skipped:
+                    self.figures.faults += 1
+                    self.figures.fault_kinds[fault.__name__] += 1
+                else:
+                    self.figures.notes.append(f"seed {self.seed}: {self.fleet.skipped[-1]}")
                 self.check(f"after {fault.__name__}")
             time.sleep(self.phase_seconds)
             self.check("at the end")
@@ -428,8 +657,14 @@ class Schedule:
                 thread.join(30)
             for subscriber in self.subscribers:
                 subscriber.thread.join(10)
+            for reader in self.readers:
+                if isinstance(reader, SyncReader):
+                    reader.close()
         self.figures.schedules += 1
         self.figures.answers.update(self.answers.statuses)
+        self.figures.unauthorized_in_kills += sum(
+            any(start <= at <= end for start, end in self.kill_windows)
+            for at in self.answers.unauthorized_at)
         stray = self.outside_windows()
         if stray:
             self.figures.divergences += 1
