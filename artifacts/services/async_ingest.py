@@ -9,6 +9,10 @@ COMMIT, so an artifact write takes two round trips and a channel or membership c
 (the synchronous driver takes one per statement, eight for an artifact create, on a database
 thread the loop would hand the write to and wait for: docs/performance.md). Every kind the relay
 accepts is written here when the write comes in on the server loop.
+
+`apply_batch_async` is the group commit's driver (`group_commit`): several events in one
+transaction, each under a savepoint of its own, with exactly the answers and effects of applying
+them one at a time in their order.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -33,12 +39,17 @@ from artifacts.services.transactions import WriteContext, announce_commit, budge
 from artifacts.services.write_steps import Batch, Rows, Statement, WriteSteps
 from nostr.events import Event
 
-__all__ = ["apply_event_async"]
+__all__ = ["Write", "apply_batch_async", "apply_event_async"]
 
 logger = logging.getLogger(__name__)
 
 _BEGIN: Statement = ("BEGIN", ())
 _COMMIT: Statement = ("COMMIT", ())
+# One savepoint name, set before each event of a batch and released after it: the savepoints
+# never nest, so a refusal rolls back exactly its own event's statements.
+_SAVEPOINT: Statement = ("SAVEPOINT buzz_write", ())
+_RELEASE: Statement = ("RELEASE SAVEPOINT buzz_write", ())
+_ROLLBACK_TO = "ROLLBACK TO SAVEPOINT buzz_write"
 
 
 async def apply_event_async(
@@ -94,7 +105,10 @@ async def _pipeline(conn: psycopg.AsyncConnection[Any], batch: Batch) -> list[Ro
         cursors = []
         for sql, params in batch:
             cursor = conn.cursor()
-            await cursor.execute(sql, params, prepare=True)
+            if sql is _ROLLBACK_TO:
+                await _execute_unwatched(cursor)
+            else:
+                await cursor.execute(sql, params, prepare=True)
             cursors.append(cursor)
     # Leaving the pipeline block synced it: every result is in.
     return [
@@ -108,3 +122,117 @@ async def _roll_back(conn: psycopg.AsyncConnection[Any]) -> None:
     if not conn.closed:
         with contextlib.suppress(psycopg.OperationalError):
             await roll_back(conn)
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One checked event (`ingest.check_event`) waiting for its write transaction."""
+
+    community_id: int
+    event: Event
+    now: int
+
+
+# What a batch answers for each of its writes: its result, or the exception its write raised
+# (a bug, not a refusal or a database error: those are results).
+type Outcome = IngestResult | BaseException
+
+
+async def apply_batch_async(
+    conn: psycopg.AsyncConnection[Any], writes: Sequence[Write]
+) -> list[Outcome]:
+    """`apply_event_async` for each of `writes`, in one transaction on `conn` (autocommit,
+    idle; left idle): each write's answer only after the COMMIT.
+
+    Each write runs under a savepoint of its own, after the previous write ended (its finishing
+    statements ride in the pipeline of the next write's first batch, with the savepoint's
+    release), so a write sees exactly what the writes before it left, as if each had committed:
+    a refusal, a lost compare-and-swap or a duplicate rolls back to its savepoint and touches no
+    other write. Stamps are `statement_timestamp()`s of the batch's own statements, after its
+    BEGIN, as the fence requires. A database error anywhere (a lock or statement budget, a
+    deadlock with another process's batch, a constraint) rolls the whole batch back, and its
+    writes are applied again one at a time, in order, each in its own transaction: the errors
+    are then answered exactly as without batching. A lone write is `apply_event_async` itself.
+    """
+    if len(writes) == 1:
+        (write,) = writes
+        return [await _one(conn, write)]
+    try:
+        results, committed = await _drive_batch(conn, writes)
+    except Exception as exc:
+        await _roll_back(conn)
+        if not isinstance(exc, psycopg.Error):
+            logger.exception("a batch of %d writes failed; applying them one at a time",
+                             len(writes))
+        return [await _one(conn, write) for write in writes]
+    flush_due = False
+    for ctx, event in committed:
+        try:
+            flush_due = announce_commit(ctx) or flush_due
+        except Exception:
+            logger.exception("announcing the commit of %s failed", event.id)
+    if flush_due:
+        await flush_lag_samples_async(conn)
+    return list(results)
+
+
+async def _one(conn: psycopg.AsyncConnection[Any], write: Write) -> Outcome:
+    try:
+        return await apply_event_async(
+            conn, community_id=write.community_id, event=write.event, now=write.now
+        )
+    except Exception as exc:
+        return exc
+
+
+async def _drive_batch(
+    conn: psycopg.AsyncConnection[Any], writes: Sequence[Write]
+) -> tuple[list[IngestResult], list[tuple[WriteContext, Event]]]:
+    """Run `writes` in one transaction and commit it; their results and the contexts of the
+    accepted ones (to announce after the commit, in order). Raises on any database error,
+    leaving the transaction to the caller to roll back."""
+    started = time.monotonic()
+    results: list[IngestResult] = []
+    committed: list[tuple[WriteContext, Event]] = []
+    # Statements still to send ahead of the next write's first batch: the BEGIN at first, then
+    # the previous write's finishing batch and release, or its rollback to the savepoint.
+    pending: Batch = (_BEGIN, budget_statement())
+    for write in writes:
+        event = write.event
+        ctx = WriteContext(community_id=write.community_id, started=started)
+        steps = STEPS_HANDLERS[event.kind](ctx=ctx, event=event, now=write.now)
+        try:
+            batch = next(steps)  # what needs no database (the envelope) is refused before it
+        except WriteRefused as exc:
+            results.append(refusal(event.id, exc))
+            continue
+        sent = await _pipeline(conn, (*pending, _SAVEPOINT, *batch))
+        rows = sent[len(pending) + 1:]
+        try:
+            while True:
+                batch = steps.send(rows)
+                rows = await _pipeline(conn, batch)
+        except StopIteration as done:
+            finishing: Batch = done.value
+            pending = (*finishing, _RELEASE)
+            results.append(IngestResult(event.id, True, ""))
+            committed.append((ctx, event))
+        except WriteRefused as exc:
+            pending = ((_ROLLBACK_TO, ()), _RELEASE)
+            results.append(refusal(event.id, exc))
+    await _pipeline(conn, (*pending, _COMMIT))
+    return results, committed
+
+
+async def _execute_unwatched(cursor: psycopg.AsyncCursor[Any]) -> None:
+    """Send ROLLBACK TO SAVEPOINT unprepared, and out of sight of psycopg's cache of prepared
+    statements: on a "ROLLBACK" command tag psycopg deallocates every statement the session
+    prepared (the fence's and the writes' own), which a rollback to a savepoint does not call
+    for (prepared statements are not transactional, and a write never changes the schema)."""
+    conn = cursor.connection
+    threshold = conn.prepare_threshold
+    conn.prepare_threshold = None
+    try:
+        await cursor.execute(_ROLLBACK_TO, prepare=False)
+    finally:
+        conn.prepare_threshold = threshold
