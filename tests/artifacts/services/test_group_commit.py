@@ -266,3 +266,32 @@ def test_a_rollback_to_a_savepoint_keeps_the_sessions_prepared_statements() -> N
     assert [r.accepted for r in results] == [False, True]
     assert FENCE_STATEMENT in before
     assert before <= after
+
+
+def test_a_refused_create_among_independent_creates_takes_back_itself_alone() -> None:
+    """Creates of distinct artifacts run their first statements together, each behind a savepoint
+    of its own; a refused one (its identity taken, a channel its author cannot write in) rolls
+    back to its savepoint, which takes the later creates' statements with it: those are written
+    again, so every other create is stored, the refused ones are not, and two creates of one
+    artifact in a batch still meet in order."""
+    community = make_community("creates.example")
+    author = make_key()
+    h = make_channel(community, owner=author)
+    private = make_channel(community, owner=make_key(), visibility="private")
+    taken = str(uuid.uuid4())
+    _in_one_batch(community, [_create(author, h, taken)])
+    again = str(uuid.uuid4())
+    events = [
+        _create(author, h), _create(author, h, taken, n=1), _create(author, h),
+        _create(author, private), _create(author, h), _create(author, h, again),
+        _create(author, h, again, n=2), _create(author, h),
+    ]
+    before = _stored(community)
+    results, batches = _in_one_batch(community, events)
+    assert batches == 1
+    assert [r.message for r in results] == [
+        "", "invalid: artifact identity is taken", "", f"restricted: cannot write in channel"
+        f" {private}", "", "", "invalid: artifact identity is taken", ""]
+    accepted = {e["id"] for e, r in zip(events, results, strict=True) if r.message == ""}
+    assert _stored(community) - before == accepted
+    assert ArtifactHead.objects.filter(community=community).count() == 1 + len(accepted)
