@@ -27,7 +27,7 @@ from artifacts.services import transactions
 from artifacts.services.artifact_revisions import artifact_lock_key
 from artifacts.services.group_commit import ConnectionSource, GroupCommit
 from artifacts.services.ingest import IngestResult, check_event
-from artifacts.ws.publish import finish_publishing
+from artifacts.ws.publish import community_group, current_sequence, finish_publishing
 from nostr.events import Event as NostrEvent
 from tests.factories import Key, artifact_tags, make_channel, make_community, make_key, signed_event
 
@@ -295,3 +295,17 @@ def test_a_refused_create_among_independent_creates_takes_back_itself_alone() ->
     accepted = {e["id"] for e, r in zip(events, results, strict=True) if r.message == ""}
     assert _stored(community) - before == accepted
     assert ArtifactHead.objects.filter(community=community).count() == 1 + len(accepted)
+
+
+def test_a_batch_goes_out_live_in_one_numbered_message() -> None:
+    """The batch's commits are announced together after its COMMIT, so the loop's publisher
+    merges them: one sequence number (Redis INCR) and one PUBLISH for the batch, where one
+    transaction per write paid both for every write."""
+    community = make_community("one-message.example")
+    author = make_key()
+    h = make_channel(community, owner=author)
+    group = community_group(community.pk)
+    before = current_sequence(group)
+    results, batches = _in_one_batch(community, [_create(author, h, n=n) for n in range(5)])
+    assert (batches, [r.message for r in results]) == (1, [""] * 5)
+    assert current_sequence(group) == before + 1
