@@ -7,7 +7,7 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "buzzrelay.settings")
-    from buzzrelay.config import ConfigError, load_config
+    from relaycore.config import ConfigError, load_config
 
     try:
         load_config()

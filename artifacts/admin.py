@@ -51,14 +51,14 @@ def _validated(check: Callable[[Any], Any], value: Any) -> Any:
 
 
 # What `community_update_policy` takes by name; the NIP-11 fields go to it as `info`.
-POLICY_FIELDS = ["name", "admin_pubkeys", "artifacts_enabled", "artifact_types",
+COMMUNITY_FORM_FIELDS = ["name", "admin_pubkeys", "artifacts_enabled", "artifact_types",
                  "open_channel_creation"]
 
 
 class CommunityForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = Community
-        fields = ["host", *POLICY_FIELDS, *INFO_FIELDS]
+        fields = ["host", *COMMUNITY_FORM_FIELDS, *INFO_FIELDS]
         help_texts = {
             "admin_pubkeys": "comma-separated hex pubkeys",
             "artifact_types": "comma-separated, e.g. buzz.task,buzz.note; empty allows every type",
@@ -92,7 +92,7 @@ class CommunityAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     search_fields = ["host", "name"]
     readonly_fields = ["listing_version", "created_at", "artifact_policy_modified_at"]
     fieldsets = [
-        (None, {"fields": ["host", *POLICY_FIELDS, *readonly_fields]}),
+        (None, {"fields": ["host", *COMMUNITY_FORM_FIELDS, *readonly_fields]}),
         ("Relay information (NIP-11)", {
             "fields": list(INFO_FIELDS),
             "description": "What NIP-11 tells clients of this host. A blank field takes the "
@@ -119,7 +119,7 @@ class CommunityAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return
         community_update_policy(
             community_id=obj.pk,
-            **{field: data[field] for field in form.changed_data if field in POLICY_FIELDS},
+            **{field: data[field] for field in form.changed_data if field in COMMUNITY_FORM_FIELDS},
             info={field: data[field] for field in form.changed_data if field in INFO_FIELDS},
         )
         obj.refresh_from_db()

@@ -58,8 +58,9 @@ from artifacts.admin_browse import TextFilter, UncountedAdmin
 from artifacts.models import ArtifactHead, ArtifactRevision, Channel, Community, Event
 from artifacts.services.errors import WriteRefused
 from artifacts.services.staff_actions import staff_redact
+from nostr.events import HEX64_PATTERN
 
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_PUBKEY = re.compile(HEX64_PATTERN)
 
 
 class TitleTag(Func):
@@ -155,7 +156,7 @@ class AuthorFilter(_CheckedTextFilter):
     placeholder = "hex pubkey"
 
     def problem(self, value: str) -> str | None:
-        return None if HEX64.match(value.lower()) else "not a 64-character hex pubkey"
+        return None if _PUBKEY.match(value.lower()) else "not a 64-character hex pubkey"
 
     def apply(self, queryset: QuerySet[Any], value: str) -> QuerySet[Any]:
         return queryset.filter(author=value.lower())
@@ -281,7 +282,7 @@ class ArtifactHeadAdmin(_ArtifactRowAdmin):
             if Channel.objects.filter(community_id__in=communities, channel_id=as_uuid).exists():
                 return queryset.filter(community_id__in=communities, channel_id=as_uuid), False
             return queryset.filter(community_id__in=communities, artifact_id=as_uuid), False
-        if HEX64.match(term.lower()):
+        if _PUBKEY.match(term.lower()):
             owners = ArtifactRevision.objects.filter(
                 community_id__in=_community_ids(), event_id=term.lower()
             ).values_list("community_id", "artifact_id")
@@ -325,7 +326,7 @@ class ArtifactRevisionAdmin(_ArtifactRowAdmin):
             return queryset, False
         if (as_uuid := _as_uuid(term)) is not None:
             return queryset.filter(community_id__in=_community_ids(), artifact_id=as_uuid), False
-        if HEX64.match(term.lower()):
+        if _PUBKEY.match(term.lower()):
             return queryset.filter(community_id__in=_community_ids(), event_id=term.lower()), False
         return queryset.filter(title__icontains=term), False
 

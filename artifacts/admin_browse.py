@@ -31,7 +31,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from artifacts.admin_paging import AFTER_VAR, BEFORE_VAR, LIST_BUDGET, BadCursor, KeysetPaginator
-from relayinfo.admin import ReadOnlyAdmin
+from relaycore.admin import ReadOnlyAdmin
 
 
 def estimated_rows(table: str) -> int | None:

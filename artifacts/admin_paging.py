@@ -42,7 +42,7 @@ class BadCursor(ValueError):
     """A key in the query string that is not one this list wrote."""
 
 
-class _Row(Func):
+class _SqlRow(Func):
     """PostgreSQL's row constructor: `(a, b, c) < (x, y, z)` compares lexicographically, and a
     b-tree on (a, b, c) serves it as one range (an OR of the same conditions it does not)."""
 
@@ -75,8 +75,8 @@ class _Ordering:
     def past(self, queryset: QuerySet[Any], key: Sequence[str], *, forward: bool
              ) -> QuerySet[Any]:
         """The rows after `key` in the list's order (`forward`), or before it, in that order."""
-        columns = _Row(*(F(field.attname) for field in self.fields))
-        values = _Row(*(Value(field.to_python(text), output_field=field)
+        columns = _SqlRow(*(F(field.attname) for field in self.fields))
+        values = _SqlRow(*(Value(field.to_python(text), output_field=field)
                         for field, text in zip(self.fields, key, strict=True)))
         later = LessThan if self.descending == forward else GreaterThan
         rows = queryset.filter(later(columns, values))

@@ -7,8 +7,16 @@ class ArtifactsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from artifacts.selectors.async_reads import lookup_community
+        from artifacts.selectors.communities import community_for_host
         from artifacts.signals import access_changed, events_committed
         from artifacts.ws.publish import on_access_changed, on_events_committed
+        from relaycore.edge.views import CommunityLookup, use_community_lookup
+
+        # The relay views' community (404 otherwise), found by this app's selectors.
+        use_community_lookup(
+            CommunityLookup(on_thread=community_for_host, on_loop=lookup_community)
+        )
 
         # Live fan-out (WebSocket sync): every process that writes publishes its commits and
         # readability changes, so subscribers on every instance see writes made over HTTP,

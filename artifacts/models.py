@@ -18,7 +18,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models.functions import Now
 
-from artifacts.db import TransactionNow
+from relaycore.db import TransactionNow
 
 
 class Community(models.Model):
@@ -275,8 +275,8 @@ class ListingChange(models.Model):
     Written by the same statement that increments the counter (`services.transactions`), so a
     snapshot that sees version v sees exactly the rows up to v: rounds find the channels whose
     listing changed since a token's view was computed, and each one's readability before that
-    change, without listing the community's channels (`selectors.view`). Policy and admin-list
-    changes write a row without a channel. Rows older than the longest a token lives are
+    change, without listing the community's channels (`selectors.reader_view`). Policy and
+    admin-list changes write a row without a channel. Rows older than the longest a token lives are
     collected by the writers themselves. `community_id` is a plain column: no foreign key to
     validate or lock, and a deleted community's rows age out like any others.
     """
@@ -314,7 +314,7 @@ class ChannelSet(models.Model):
     Written after the page's read transaction commits, before the token is handed out; a page
     that carries a reference on refreshes `touched_at` when it is older than half the longest a
     token lives, and rows untouched for twice that are collected by the pages that store sets
-    (`selectors.view`): no token still alive can name them.
+    (`selectors.reader_view`): no token still alive can name them.
     """
 
     community_id = models.BigIntegerField()

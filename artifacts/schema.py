@@ -427,7 +427,7 @@ def ledger_rows(connection: Connection) -> list[LedgerRow]:
     return [LedgerRow(APP_LABEL, name, recorded.get(name)) for name in SYNC_MIGRATIONS]
 
 
-def inspect_column(connection: Connection, spec: ColumnSpec) -> ColumnCheck:
+def inspect_one_column(connection: Connection, spec: ColumnSpec) -> ColumnCheck:
     with _cursor(connection) as cursor:
         cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [spec.table])
         table_exists = bool(cursor.fetchone()[0])
@@ -452,7 +452,7 @@ def inspect_column(connection: Connection, spec: ColumnSpec) -> ColumnCheck:
 
 def inspect_columns(connection: Connection) -> list[ColumnCheck]:
     """The five sync columns (item 2), in PROTOCOL.md order."""
-    return [inspect_column(connection, spec) for spec in COLUMNS]
+    return [inspect_one_column(connection, spec) for spec in COLUMNS]
 
 
 def inspect_index(connection: Connection, spec: IndexSpec) -> IndexCheck:

@@ -9,10 +9,11 @@ part carries a reference to the view's channel set V, never V itself (PROTOCOL.m
 "View"; docs/protocol.md, "Wide views"): the community's listing version the view was computed
 under, and the personal part of V, the private channels P could read then (at most
 `MAX_PRIVATE_CHANNELS`; more are not carried, and a change that needs them resets). V is then
-every channel open at that listing version plus those: `artifacts.selectors.view` recovers it,
-for the channels that changed since, from the listing change log. Then the round's catch-up set
-C (at most `MAX_CATCHUP_CHANNELS` channel ids; a catch-up that grows past it resets) and the
-catch-up's cursor. So a token's size does not grow with V: the largest is under 1,000 characters.
+every channel open at that listing version plus those: `artifacts.selectors.reader_view`
+recovers it, for the channels that changed since, from the listing change log. Then the round's
+catch-up set C (at most `MAX_CATCHUP_CHANNELS` channel ids; a catch-up that grows past it
+resets) and the catch-up's cursor. So a token's size does not grow with V: the largest is under
+1,000 characters.
 
 The key is HKDF-SHA256 of the relay key (per token version), so every instance sharing the relay
 key reads every other's tokens and nothing inside is readable by the client. The associated data
@@ -77,7 +78,7 @@ _CATCHUP_CURSOR_LENGTHS = (0, 16, 32)
 # The largest token is under 1,000 characters; anything much longer is not one of ours.
 _MAX_TOKEN_CHARS = 2048
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ORIGIN = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class InvalidProgress(ValueError):
@@ -108,7 +109,7 @@ class ProgressToken:
     cursor_at: datetime
     cursor_key: bytes
     # The reader's view as the page that computed it saw it, the fence T of that page's round,
-    # and the fingerprint of what could change it (see artifacts.selectors.view).
+    # and the fingerprint of what could change it (see artifacts.selectors.reader_view).
     view_digest: bytes
     view_t: datetime
     view_fingerprint: bytes
@@ -134,7 +135,7 @@ class ProgressToken:
     # (b"": carried inline), and when their rows were last refreshed.
     private_ref: bytes = b""
     catchup_ref: bytes = b""
-    stored_at: datetime = _EPOCH
+    stored_at: datetime = _ORIGIN
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,11 +170,11 @@ def _key(secret_hex: str, version: int) -> AESGCMSIV:
 
 
 def _micros(moment: datetime) -> int:
-    return (moment - _EPOCH) // timedelta(microseconds=1)
+    return (moment - _ORIGIN) // timedelta(microseconds=1)
 
 
 def _moment(micros: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=micros)
+    return _ORIGIN + timedelta(microseconds=micros)
 
 
 def encode_progress(

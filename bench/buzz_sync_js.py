@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,12 +36,14 @@ from nostr.schnorr import generate_secret, pubkey_from_secret  # noqa: E402
 PACKAGE = ROOT / "buzz-sync-js"
 
 
-def node_round(relay: Relay, reader: str, verify: bool) -> dict[str, Any]:
+def node_round(relay: Relay, reader: str, verify: bool,
+               package: Path = PACKAGE) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         run = subprocess.run(
-            ["node", "bench/full_round.mjs", relay.url, reader, str(Path(tmp) / "c.sqlite"),
-             "1" if verify else "0"],
-            cwd=PACKAGE, capture_output=True, text=True, check=False,
+            # BENCH_NODE_FLAGS: e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" to profile the round.
+            ["node", *os.environ.get("BENCH_NODE_FLAGS", "").split(), "bench/full_round.mjs",
+             relay.url, reader, str(Path(tmp) / "c.sqlite"), "1" if verify else "0"],
+            cwd=package, capture_output=True, text=True, check=False,
         )
         if run.returncode != 0:
             raise SystemExit(f"node round failed:\n{run.stderr}")
@@ -48,11 +51,16 @@ def node_round(relay: Relay, reader: str, verify: bool) -> dict[str, Any]:
         return result
 
 
-def browser_figures(relay: Relay, n: int) -> dict[str, float]:
+def browser_figures(relay: Relay, n: int, board_js: Path | None = None) -> dict[str, Any]:
     """The /app/ page in Debian's Chromium: its first sync of N tasks into IndexedDB (NIP-11,
     pages, signature checks, IndexedDB transactions, one render), then a reload's first paint
-    of the N tasks from IndexedDB."""
-    from playwright.sync_api import sync_playwright
+    of the N tasks from IndexedDB. `board_js`: serve this script as the page's instead (the
+    A/B: another checkout's committed page, on the same relay and data)."""
+    from playwright.sync_api import Route, sync_playwright
+
+    def other_script(route: Route) -> None:
+        assert board_js is not None
+        route.fulfill(body=board_js.read_text(), content_type="text/javascript")
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
@@ -61,27 +69,42 @@ def browser_figures(relay: Relay, n: int) -> dict[str, float]:
             context = browser.new_context(bypass_csp=True)
             page = context.new_page()
             page.set_default_timeout(600_000)
+            if board_js is not None:
+                page.route("**/static/buzz-app/board.*js", other_script)
+            # The renderer main thread's busy time (CDP's TaskDuration: script, style, layout,
+            # IndexedDB callbacks): the fairer figure when other work shares the CPUs.
+            cdp = context.new_cdp_session(page)
+            cdp.send("Performance.enable")
             started = time.perf_counter()
             page.goto(f"{relay.url}/app/")
             page.wait_for_function(f"document.body.dataset.tasks === '{n}'")
             first_sync = time.perf_counter() - started
+            metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+            verifier = page.evaluate("document.body.dataset.verifier")
             paints = []
             for _ in range(3):
                 page.reload()
                 page.wait_for_function(f"document.body.dataset.tasks === '{n}'")
-                # The page's marks, from navigation start: script running, storage open,
-                # rows read from IndexedDB, rows rendered (the first paint of the tasks).
+                # The page's marks, from navigation start: script running, storage open, the
+                # newest screenful painted (first-paint, from a cursor over the modification
+                # index), every row read from IndexedDB, every column rendered (rendered).
                 marks = page.evaluate(
                     "Object.fromEntries(performance.getEntriesByType('mark')"
                     ".map(m => [m.name.split(':')[1], m.startTime / 1000]))")
                 paints.append(marks)
-            paints.sort(key=lambda marks: marks["rendered"])
+            for marks in paints:  # a page without the first screenful's paint paints all at once
+                marks.setdefault("before-rows", marks.get("first-paint", marks["opened"]))
+                marks.setdefault("first-paint", marks["rendered"])
+            paints.sort(key=lambda marks: marks["first-paint"])
         finally:
             browser.close()
     middle = paints[1]
-    return {"first_sync_seconds": first_sync, "rate": n / first_sync,
-            "paint_seconds": middle["rendered"], "script_seconds": middle["start"],
-            "read_seconds": middle["rows"] - middle["opened"],
+    return {"first_sync_seconds": first_sync, "rate": n / first_sync, "verifier": verifier,
+            "busy_seconds": metrics["TaskDuration"],
+            "script_busy_seconds": metrics["ScriptDuration"],
+            "paint_seconds": middle["first-paint"], "script_seconds": middle["start"],
+            "complete_seconds": middle["rendered"],
+            "read_seconds": middle["rows"] - middle["before-rows"],
             "render_seconds": middle["rendered"] - middle["rows"]}
 
 
@@ -91,6 +114,9 @@ def main() -> None:
     parser.add_argument("--apply-n", type=int, default=100_000)
     parser.add_argument("--browser", action="store_true",
                         help="also time the /app/ page in Chromium (IndexedDB, first paint)")
+    parser.add_argument("--base", type=Path, help="A/B: another checkout's buzz-sync-js (built), "
+                        "e.g. a `git worktree` of the previous main, timed in the same run")
+    parser.add_argument("--pairs", type=int, default=3, help="A/B pairs of Node rounds")
     parser.add_argument("--database-url", default=os.environ.get(
         "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
     parser.add_argument("--redis-url", default=os.environ.get(
@@ -99,10 +125,11 @@ def main() -> None:
 
     author, reader = generate_secret(), generate_secret()
     rows = []
-    browsers: list[tuple[int, dict[str, float]]] = []
+    browsers: list[tuple[int, dict[str, Any]]] = []
+    bases: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
     for n in args.n:
         started = time.perf_counter()
-        url = prepare_database(args.database_url, "buzz_client_bench")
+        url = prepare_database(args.database_url, "buzz_sync_js_bench")
         seed(url, n, author, pubkey_from_secret(reader))
         print(f"N={n:,}: seeded in {time.perf_counter() - started:.1f} s", file=sys.stderr)
         os.environ["RELAY_APP"] = "1"  # the relay serves /app/ for --browser
@@ -113,15 +140,23 @@ def main() -> None:
             node = node_round(relay, reader, verify=True)
             python_again = full_round(relay, reader, verify=True)
             node_plain = node_round(relay, reader, verify=False)
+            if args.base:
+                # Alternated pairs, the previous checkout first in each: rates per pair.
+                for _ in range(args.pairs):
+                    base = node_round(relay, reader, verify=True, package=args.base)
+                    bases.append((n, base, node_round(relay, reader, verify=True)))
+            if args.browser and args.base:
+                base_js = args.base.parent / "buzzrelay" / "static" / "buzz-app" / "board.js"
+                browsers.append((n, browser_figures(relay, n, base_js) | {"label": "base"}))
             if args.browser:
-                browsers.append((n, browser_figures(relay, n)))
+                browsers.append((n, browser_figures(relay, n) | {"label": "this checkout"}))
         finally:
             relay.stop()
         for found in (python, node, python_again, node_plain):
             assert found["stored"] == n and found["kind"] == "full", found
         rows.append((n, python, python_again, node, node_plain))
     with psycopg.connect(args.database_url, autocommit=True) as conn:
-        conn.execute('DROP DATABASE IF EXISTS "buzz_client_bench" WITH (FORCE)')
+        conn.execute('DROP DATABASE IF EXISTS "buzz_sync_js_bench" WITH (FORCE)')
 
     print(f"\nFull round into SQLite, same relay, same run (page limit 1000, "
           f"{os.cpu_count()} CPUs shared); artifacts/s\n")
@@ -140,13 +175,26 @@ def main() -> None:
           "each client process's own CPU time in the round (the better of buzz-sync's two), the "
           "fairer figure on a shared machine.")
 
+    for n in args.n if bases else []:
+        pairs = [(n / b["seconds"], n / a["seconds"], b["cpu_seconds"], a["cpu_seconds"])
+                 for m, b, a in bases if m == n]
+        print(f"\nA/B, N={n:,}, verified, {len(pairs)} alternated pairs (artifacts/s, CPU s): "
+              + "; ".join(f"{before:,.0f} ({bc:.1f}) -> {after:,.0f} ({ac:.1f})"
+                          for before, after, bc, ac in pairs)
+              + f"; median ratio {statistics.median(a / b for b, a, _, _ in pairs):.2f} "
+              f"(this checkout over {args.base})")
     for n, figures in browsers:
-        print(f"\n/app/ in Chromium, N={n:,}: first sync into IndexedDB {figures['rate']:,.0f} "
-              f"artifacts/s ({figures['first_sync_seconds']:.1f} s, target >= 5,000/s); "
+        print(f"\n/app/ in Chromium ({figures['label']}), N={n:,}: first sync into IndexedDB "
+              f"{figures['rate']:,.0f} artifacts/s ({figures['first_sync_seconds']:.1f} s, "
+              f"signatures checked with {figures['verifier'] or 'noble'}, main thread busy "
+              f"{figures['busy_seconds']:.1f} s, script {figures['script_busy_seconds']:.1f} s; "
+              f"target >= 5,000/s); "
               f"first paint after a reload {figures['paint_seconds'] * 1000:.0f} ms "
-              f"(median of 3, target < 1 s: script {figures['script_seconds'] * 1000:.0f} ms, "
-              f"IndexedDB read {figures['read_seconds'] * 1000:.0f} ms, render "
-              f"{figures['render_seconds'] * 1000:.0f} ms)")
+              f"(median of 3, target < 1 s; script running at "
+              f"{figures['script_seconds'] * 1000:.0f} ms); the whole board (every row read, "
+              f"{figures['read_seconds'] * 1000:.0f} ms, every column rendered, "
+              f"{figures['render_seconds'] * 1000:.0f} ms) at "
+              f"{figures['complete_seconds'] * 1000:.0f} ms")
     apply = subprocess.run(["node", "bench/apply_round.mjs", str(args.apply_n), "300"],
                            cwd=PACKAGE, capture_output=True, text=True, check=True)
     figures = json.loads(apply.stdout.strip().splitlines()[-1])

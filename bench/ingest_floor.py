@@ -86,11 +86,11 @@ def record_ingest(*, community: Any, secret: str, h: str, artifact_tags: Any) ->
     event loop of its own) and record each pipeline it sends."""
     import psycopg
 
-    from artifacts.db import psycopg_connect_kwargs
     from artifacts.services import async_ingest
     from artifacts.services.ingest import check_event
     from nostr.events import Event
     from nostr.schnorr import pubkey_from_secret
+    from relaycore.db import psycopg_connect_kwargs
 
     write = make_write(secret=secret, community_id=community.pk, h=h,
                        artifact_tags=artifact_tags)
@@ -201,7 +201,7 @@ def run_floor(template: Template, writes: list[Write], *, connections: int,
               processes: int) -> tuple[float, float, float]:
     """(writes/s, p50 ms, p99 ms): `writes` through the floor over `connections` connections
     shared by `processes` processes (the relay's worker count)."""
-    from artifacts.db import psycopg_connect_kwargs
+    from relaycore.db import psycopg_connect_kwargs
 
     connect = psycopg_connect_kwargs()
     prepare_threshold = connect.pop("prepare_threshold")  # as the relay's connections have it

@@ -653,7 +653,35 @@ def _rate(rounds: list[EventRound], relay: str, transport: str) -> float:
     return sum(r.accepted for r in chosen) / sum(r.seconds for r in chosen)
 
 
+@dataclass
+class Measured:
+    """What a run measured, for the report and peer.json."""
+
+    server_version: str
+    peer: Relay
+    buzz: Relay
+    rounds: list[EventRound]
+    loads: dict[str, Burst]
+    replays: dict[str, Replays]
+
+
 def main() -> int:
+    args = _arguments()
+    load_before = os.getloadavg()
+    python = args.peer_python or peer_python()
+    venv = ensure_peer_venv(python)
+    peer_version = _peer_versions(venv)
+    recreate_database(args.database_url)
+    os.environ["DATABASE_URL"], os.environ["REDIS_URL"] = args.database_url, args.redis_url
+    measured = _measure(args, venv)
+    load_after = os.getloadavg()
+    _report(args, measured, load_before, load_after)
+    targets, rates = _targets(measured)
+    _write_figures(args, measured, peer_version, targets, rates, load_before, load_after)
+    return 0
+
+
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=20.0, help="per EVENT round")
@@ -689,11 +717,13 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.replays, args.rounds = 3.0, 20, 1
+    return args
 
-    load_before = os.getloadavg()
-    python = args.peer_python or peer_python()
-    venv = ensure_peer_venv(python)
-    peer_version = subprocess.run(
+
+
+def _peer_versions(venv: Path) -> list[str]:
+    """The versions of nostr-relay, SQLAlchemy, asyncpg, uvicorn and Python in the peer's venv."""
+    return subprocess.run(
         [
             str(venv / "bin" / "python"),
             "-c",
@@ -705,124 +735,164 @@ def main() -> int:
         text=True,
         check=True,
     ).stdout.split()
-    recreate_database(args.database_url)
-    os.environ["DATABASE_URL"], os.environ["REDIS_URL"] = args.database_url, args.redis_url
 
+
+def _measure(args: argparse.Namespace, venv: Path) -> Measured:
+    """Both relays on the same PostgreSQL: stored events, replays, then EVENT rounds."""
     with services() as svc:
-        setup_database(svc)
-        os.environ.update(relay_env(svc))
-        import django
-
-        django.setup()
-        from django.db import connection
-
-        from artifacts.models import Community
-        from artifacts.services.channels import channel_create
-
-        community = Community.objects.get(host=BENCH_HOST)
-        channels = {}
-        for purpose in ("events", "replay"):
-            channels[purpose] = uuid.uuid4()
-            channel_create(
-                community_id=community.pk,
-                channel_id=channels[purpose],
-                name=f"bench peer {purpose}",
-            )
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW server_version")
-            server_version = cursor.fetchone()[0]
-        connection.close()
-
-        peer_db = database_url_named(svc.database_url, PEER_DATABASE)
-        peer = Relay(
-            "nostr-relay 1.14",
-            start_peer(venv, peer_db, workers=args.workers, adds=args.connections),
-            writer=None,
-            reader=None,
-            kind=1,
-            log=PEER_LOG,
-            database_url=peer_db,
-        )
-        try:
-            with stderr_to(RELAY_LOG):
-                relay_server = start_server("serve", svc, workers=args.workers, **UNLIMITED)
-        except BaseException:
-            peer.server.stop()
-            raise
-        buzz = Relay(
-            "buzz",
-            relay_server,
-            writer=WRITER_SECRET,
-            reader=READER_SECRET,
-            kind=45010,
-            log=RELAY_LOG,
-            database_url=svc.database_url,
-            channel=str(channels["events"]),
-            replay_channel=str(channels["replay"]),
-        )
+        channels, server_version = _bench_channels(svc)
+        peer, buzz = _start_relays(args, svc, venv, channels)
         relays = [peer, buzz]
-
-        def spread(relay: Relay) -> tuple[Server, int] | None:
-            return (relay.server, args.workers) if args.spread else None
-
         rounds: list[EventRound] = []
         loads: dict[str, Burst] = {}
         replays = {r.name: Replays(r.name, replay_filter(r)) for r in relays}
         try:
             # 1. Replay first, while each relay stores exactly the 10,000 events loaded here.
-            for relay in relays:
-                loads[relay.name] = store_events(
-                    relay, connections=args.connections, spread=spread(relay)
-                )
-                print(
-                    f"{relay.name}: stored {STORED} events in {loads[relay.name].elapsed:.1f} s"
-                    f" ({STORED / loads[relay.name].elapsed:.0f}/s);"
-                    f" {loads[relay.name].warnings} warnings logged meanwhile",
-                    flush=True,
-                )
-            for url in (peer_db, svc.database_url):
-                analyze(url)
-            for relay in relays:  # warm-up, not counted
-                asyncio.run(_replays(relay.ws_url, relay.reader, replays[relay.name].filter, 5))
-            block = math.ceil(args.replays / args.rounds)
-            for _ in range(args.rounds):
-                for relay in relays:
-                    replay_block(
-                        relay,
-                        replays[relay.name],
-                        min(block, args.replays - replays[relay.name].replays),
-                    )
-            # 2. EVENT rounds, alternated; pre-signed with room over the best rate seen.
-            best = {r.name: 1200.0 for r in relays}
-            for number in range(1, args.rounds + 1):
-                for relay in relays:
-                    presign = math.ceil(args.seconds * max(1200.0, 1.5 * best[relay.name]))
-                    result = ws_round(
-                        relay,
-                        number,
-                        connections=args.connections,
-                        seconds=args.seconds,
-                        presign=presign,
-                        spread=spread(relay),
-                    )
-                    best[relay.name] = max(best[relay.name], result.rate)
-                    rounds.append(result)
-                    print(
-                        f"round {number} {relay.name} WS: {result.rate:.0f} accepted/s", flush=True
-                    )
-                result = http_round(
-                    buzz,
-                    number,
-                    connections=args.connections,
-                    n=math.ceil(args.seconds * args.http_rate),
-                )
-                rounds.append(result)
-                print(f"round {number} buzz POST /event: {result.rate:.0f} accepted/s", flush=True)
+            _store_and_replay(args, relays, loads, replays)
+            # 2. EVENT rounds, alternated.
+            _event_rounds(args, relays, buzz, rounds)
         finally:
             peer.server.stop()
             buzz.server.stop()
+    return Measured(server_version, peer, buzz, rounds, loads, replays)
 
-    load_after = os.getloadavg()
+
+def _bench_channels(svc: Any) -> tuple[dict[str, uuid.UUID], str]:
+    """The relay's database set up, its two channels (events, replay), PostgreSQL's version."""
+    setup_database(svc)
+    os.environ.update(relay_env(svc))
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    from artifacts.models import Community
+    from artifacts.services.channels import channel_create
+
+    community = Community.objects.get(host=BENCH_HOST)
+    channels = {}
+    for purpose in ("events", "replay"):
+        channels[purpose] = uuid.uuid4()
+        channel_create(
+            community_id=community.pk,
+            channel_id=channels[purpose],
+            name=f"bench peer {purpose}",
+        )
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        server_version = cursor.fetchone()[0]
+    connection.close()
+    return channels, server_version
+
+
+def _start_relays(
+    args: argparse.Namespace, svc: Any, venv: Path, channels: dict[str, uuid.UUID]
+) -> tuple[Relay, Relay]:
+    """(the peer, buzz), each serving with `args.workers` workers."""
+    peer_db = database_url_named(svc.database_url, PEER_DATABASE)
+    peer = Relay(
+        "nostr-relay 1.14",
+        start_peer(venv, peer_db, workers=args.workers, adds=args.connections),
+        writer=None,
+        reader=None,
+        kind=1,
+        log=PEER_LOG,
+        database_url=peer_db,
+    )
+    try:
+        with stderr_to(RELAY_LOG):
+            relay_server = start_server("serve", svc, workers=args.workers, **UNLIMITED)
+    except BaseException:
+        peer.server.stop()
+        raise
+    buzz = Relay(
+        "buzz",
+        relay_server,
+        writer=WRITER_SECRET,
+        reader=READER_SECRET,
+        kind=45010,
+        log=RELAY_LOG,
+        database_url=svc.database_url,
+        channel=str(channels["events"]),
+        replay_channel=str(channels["replay"]),
+    )
+    return peer, buzz
+
+
+def _spread(args: argparse.Namespace, relay: Relay) -> tuple[Server, int] | None:
+    return (relay.server, args.workers) if args.spread else None
+
+
+def _store_and_replay(
+    args: argparse.Namespace,
+    relays: list[Relay],
+    loads: dict[str, Burst],
+    replays: dict[str, Replays],
+) -> None:
+    """Store the events each relay replays, then REQ replays in blocks, alternated."""
+    for relay in relays:
+        loads[relay.name] = store_events(
+            relay, connections=args.connections, spread=_spread(args, relay)
+        )
+        print(
+            f"{relay.name}: stored {STORED} events in {loads[relay.name].elapsed:.1f} s"
+            f" ({STORED / loads[relay.name].elapsed:.0f}/s);"
+            f" {loads[relay.name].warnings} warnings logged meanwhile",
+            flush=True,
+        )
+    for relay in relays:
+        analyze(relay.database_url)
+    for relay in relays:  # warm-up, not counted
+        asyncio.run(_replays(relay.ws_url, relay.reader, replays[relay.name].filter, 5))
+    block = math.ceil(args.replays / args.rounds)
+    for _ in range(args.rounds):
+        for relay in relays:
+            replay_block(
+                relay,
+                replays[relay.name],
+                min(block, args.replays - replays[relay.name].replays),
+            )
+
+
+def _event_rounds(
+    args: argparse.Namespace, relays: list[Relay], buzz: Relay, rounds: list[EventRound]
+) -> None:
+    """EVENT rounds over the WebSocket, alternated, each followed by buzz's POST /event round;
+    pre-signed with room over the best rate seen."""
+    best = {r.name: 1200.0 for r in relays}
+    for number in range(1, args.rounds + 1):
+        for relay in relays:
+            presign = math.ceil(args.seconds * max(1200.0, 1.5 * best[relay.name]))
+            result = ws_round(
+                relay,
+                number,
+                connections=args.connections,
+                seconds=args.seconds,
+                presign=presign,
+                spread=_spread(args, relay),
+            )
+            best[relay.name] = max(best[relay.name], result.rate)
+            rounds.append(result)
+            print(f"round {number} {relay.name} WS: {result.rate:.0f} accepted/s", flush=True)
+        result = http_round(
+            buzz,
+            number,
+            connections=args.connections,
+            n=math.ceil(args.seconds * args.http_rate),
+        )
+        rounds.append(result)
+        print(f"round {number} buzz POST /event: {result.rate:.0f} accepted/s", flush=True)
+
+
+def _report(
+    args: argparse.Namespace,
+    measured: Measured,
+    load_before: tuple[float, float, float],
+    load_after: tuple[float, float, float],
+) -> None:
+    server_version, rounds, loads, replays = (
+        measured.server_version, measured.rounds, measured.loads, measured.replays
+    )
     print()
     print(
         "machine load average (1, 5, 15 min) at the start "
@@ -921,6 +991,11 @@ def main() -> int:
             if count:
                 print(f"  {phase}: {count}, e.g. {sample}")
 
+
+
+def _targets(measured: Measured) -> tuple[list[list[Any]], dict[str, float]]:
+    """Issue 20's targets, printed; (the targets, the rates they were read from)."""
+    rounds, replays, peer, buzz = measured.rounds, measured.replays, measured.peer, measured.buzz
     peer_ws = _rate(rounds, peer.name, "WS EVENT")
     buzz_ws = _rate(rounds, buzz.name, "WS EVENT")
     buzz_http = _rate(rounds, buzz.name, "POST /event")
@@ -966,6 +1041,21 @@ def main() -> int:
         [[*t[:4], "yes" if t[4] else "NO"] for t in targets],
     )
 
+    return targets, {"peer_ws": peer_ws, "relay_ws": buzz_ws, "relay_http": buzz_http}
+
+
+def _write_figures(
+    args: argparse.Namespace,
+    measured: Measured,
+    peer_version: list[str],
+    targets: list[list[Any]],
+    rates: dict[str, float],
+    load_before: tuple[float, float, float],
+    load_after: tuple[float, float, float],
+) -> None:
+    server_version, rounds, loads, replays = (
+        measured.server_version, measured.rounds, measured.loads, measured.replays
+    )
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "peer.json").write_text(
         json.dumps(
@@ -1009,14 +1099,13 @@ def main() -> int:
                     }
                     for rep in replays.values()
                 },
-                "rates": {"peer_ws": peer_ws, "relay_ws": buzz_ws, "relay_http": buzz_http},
+                "rates": rates,
                 "targets": {t[0]: bool(t[4]) for t in targets},
             },
             indent=2,
         )
     )
     print(f"\nfigures written to {OUT / 'peer.json'}")
-    return 0
 
 
 if __name__ == "__main__":

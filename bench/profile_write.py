@@ -50,7 +50,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 def thread_group(name: str) -> str:
     if name == "MainThread":
         return "server loop"
-    if name.startswith("buzz-ws-db"):
+    if name.startswith("buzz-db"):
         return "database threads"
     if name == "buzz-live-publish":
         return "live publisher"
@@ -111,8 +111,8 @@ def floor_run(h: str, community_id: int, template: Any, n: int) -> float:
     """CPU ms per write of the floor, `n` writes one at a time on one connection."""
     import psycopg
 
-    from artifacts.db import psycopg_connect_kwargs
     from bench.ingest_floor import floor_write, make_write, substitute
+    from relaycore.db import psycopg_connect_kwargs
 
     prepared = []
     for _ in range(n):

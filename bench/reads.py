@@ -204,7 +204,7 @@ def _sync_epoch() -> ModuleType:
 def done_token(community_id: int, reader: str, query: Any, at: Any) -> str:
     """A finished round's token with T = `at`, as the page that finished it would seal it."""
     from artifacts.selectors.budget import read_transaction
-    from artifacts.selectors.view import (
+    from artifacts.selectors.reader_view import (
         private_from_row,
         private_statement,
         probe_view,
@@ -249,8 +249,8 @@ def explain_buffers(community_id: int, reader: str, at: Any, overlap: timedelta)
     from django.db import connection
 
     from artifacts.selectors.fence import FENCE_SQL
+    from artifacts.selectors.reader_view import PROBE_COLUMNS, PROBE_FROM
     from artifacts.selectors.round_sql import window_sql
-    from artifacts.selectors.view import PROBE_COLUMNS, PROBE_FROM
     from artifacts.tokens import Phase
 
     params = {

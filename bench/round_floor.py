@@ -57,12 +57,12 @@ def record_round(reader_secret: str, host: str) -> list[Recorded]:
     import orjson
     import psycopg
 
-    from artifacts.db import psycopg_connect_kwargs
     from artifacts.selectors import async_reads
     from artifacts.selectors.filters import parse_query_body
     from artifacts.selectors.rounds import Page, prepare_round
     from artifacts.selectors.sync_epoch import database_identity
     from nostr.schnorr import pubkey_from_secret
+    from relaycore.db import psycopg_connect_kwargs
 
     identity = database_identity()  # Django's ORM, before any event loop runs
     reader = pubkey_from_secret(reader_secret)
@@ -204,9 +204,9 @@ def floor_job(statements: list[Recorded], *, redis_url: str, connections: int,
               seconds: float) -> FloorJob:
     """The floor's work for one process: its statements, a pre-signed NIP-98-sized signature
     to verify, `connections` connections (and `seconds` of rounds, when it drives itself)."""
-    from artifacts.db import psycopg_connect_kwargs
     from nostr.events import compute_event_id
     from nostr.schnorr import pubkey_from_secret, sign
+    from relaycore.db import psycopg_connect_kwargs
 
     secret = "4" * 64
     pubkey = pubkey_from_secret(secret)

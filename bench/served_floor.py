@@ -202,7 +202,7 @@ def _job_file(factory: str) -> Path:
 
 
 def _write_job(template: Any, *, community_id: int, connections: int) -> bytes:
-    from artifacts.db import psycopg_connect_kwargs
+    from relaycore.db import psycopg_connect_kwargs
 
     return pickle.dumps({"template": template, "community_id": community_id,
                          "connect": psycopg_connect_kwargs(), "connections": connections})
@@ -243,7 +243,7 @@ def _uvicorn_flags(svc: Any) -> list[str]:
                                       str(options["timeout_graceful_shutdown"])],
         "proxy_headers": [] if options["proxy_headers"] else ["--no-proxy-headers"],
         "access_log": [] if options["access_log"] else ["--no-access-log"],
-        # The relay's bounded protocols and log filter (buzzrelay/connection_limits.py) have
+        # The relay's bounded protocols and log filter (relaycore/connection_limits.py) have
         # no command-line spelling: the floor runs uvicorn's httptools and websockets-sansio,
         # which the relay's subclass, and the guard's cost is the relay's.
         "http": [],

@@ -19,6 +19,7 @@ from nostr.events import (
     InvalidEvent,
     check_event_id,
     check_signature,
+    first_tag,
     is_canonical_uuid,
     is_lower_hex,
     served_event,
@@ -67,14 +68,6 @@ class Page:
         return len(self.events) + len(self.removed)
 
 
-def _first_tags(event: Event) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for tag in event.tags:
-        if len(tag) > 1:
-            found.setdefault(tag[0], tag[1])
-    return found
-
-
 def parse_artifact_event(obj: object, *, verify: bool) -> ArtifactEvent:
     """Check one served 45010/45011 event; raises ``ProtocolViolation``."""
     try:
@@ -88,25 +81,24 @@ def parse_artifact_event(obj: object, *, verify: bool) -> ArtifactEvent:
         ) from None
     if event.kind not in (KIND_ARTIFACT, KIND_REMOVAL_MARKER):
         raise ProtocolViolation(f"relay served an event of kind {event.kind!r} in an artifact read")
-    tag = _first_tags(event)
-    d, channel = tag.get("d"), tag.get("h")
+    d, channel = first_tag(event, "d"), first_tag(event, "h")
     if not is_canonical_uuid(d) or not is_canonical_uuid(channel):
         raise ProtocolViolation(f"relay served event {event.id} without a canonical d or h tag")
     assert d is not None and channel is not None  # narrowed by is_canonical_uuid
     if verify:
-        _verify(event)
+        _check_served_event(event)
     return ArtifactEvent(
         event=event,
         d=d,
         channel=channel,
-        type=tag.get("type"),
-        op=tag.get("op"),
-        title=tag.get("title"),
-        prev=tag.get("prev"),
+        type=first_tag(event, "type"),
+        op=first_tag(event, "op"),
+        title=first_tag(event, "title"),
+        prev=first_tag(event, "prev"),
     )
 
 
-def _verify(event: Event) -> None:
+def _check_served_event(event: Event) -> None:
     """The id is the hash of the content and the author signed it: a relay cannot forge or
     alter an artifact without this failing."""
     try:
@@ -171,7 +163,7 @@ def _verify_pool() -> ThreadPoolExecutor:
 
 def _verify_chunk(events: list[Event]) -> None:
     for event in events:
-        _verify(event)
+        _check_served_event(event)
 
 
 def _verify_all(events: list[Event]) -> None:

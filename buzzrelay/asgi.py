@@ -16,7 +16,7 @@ from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "buzzrelay.settings")
 
-from buzzrelay.config import ConfigError, load_config
+from relaycore.config import ConfigError, load_config
 
 try:
     load_config()
@@ -32,11 +32,11 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 
 from artifacts.ws.publish import publishing_finished_at_shutdown  # noqa: E402
 from artifacts.ws.routing import websocket_application  # noqa: E402
-from buzzrelay.body_limit import RequestBodyLimit  # noqa: E402
-from buzzrelay.connection_limits import HostCheck  # noqa: E402
-from buzzrelay.edge.front_door import FrontDoor  # noqa: E402
-from buzzrelay.request_metrics import RequestMetrics  # noqa: E402
 from buzzrelay.static_files import StaticFiles  # noqa: E402
+from relaycore.body_limit import RequestBodyLimit  # noqa: E402
+from relaycore.connection_limits import HostCheck  # noqa: E402
+from relaycore.edge.front_door import FrontDoor  # noqa: E402
+from relaycore.request_metrics import RequestMetrics  # noqa: E402
 from relayinfo.fleet import fleet_lifecycle  # noqa: E402
 
 

@@ -60,7 +60,7 @@ def setup_django(database_url: str | None, *, session_name: str | None = None) -
     if database_url:
         os.environ["DATABASE_URL"] = database_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "buzzrelay.settings")
-    from buzzrelay.config import ConfigError, load_config
+    from relaycore.config import ConfigError, load_config
 
     try:
         load_config()

@@ -3,7 +3,7 @@
 - The public scheme: Django reads `request.is_secure()` (HSTS, the CSRF Referer check, secure
   redirects) from SECURE_PROXY_SSL_HEADER, a header it believes from anyone. The relay believes
   X-Forwarded-Proto only from RELAY_TRUSTED_PROXIES, and RELAY_PUBLIC_URL wins over both
-  (buzzrelay.addressing.public_secure), so this middleware sets that header from the relay's rule
+  (relaycore.addressing.public_secure), so this middleware sets that header from the relay's rule
   on every request, after dropping whatever a client sent under the same name.
 - ADMIN_ALLOWED_NETWORKS: outside them `/admin/` answers the relay's ordinary 404, as if there
   were no console, before a session is read or a login form rendered.
@@ -19,9 +19,9 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.deprecation import MiddlewareMixin
 
-from buzzrelay.addressing import in_networks
 from buzzrelay.error_views import not_found
-from buzzrelay.http import client_address, public_scheme
+from relaycore.addressing import in_networks
+from relaycore.http import client_address, public_scheme
 
 # settings.SECURE_PROXY_SSL_HEADER's key, set here and nowhere else.
 SCHEME_META_KEY = "HTTP_X_BUZZ_PUBLIC_SCHEME"
@@ -30,7 +30,7 @@ ANY_ADDRESS = ("0.0.0.0/0", "::/0")
 
 
 def client_ip(request: HttpRequest) -> str | None:
-    """AXES_CLIENT_IP_CALLABLE: the relay's client address (buzzrelay.http.client_address, the
+    """AXES_CLIENT_IP_CALLABLE: the relay's client address (relaycore.http.client_address, the
     one rule), or None when there is none to count (axes stores it in an inet column)."""
     address = client_address(request)
     return address if in_networks(address, ANY_ADDRESS) else None

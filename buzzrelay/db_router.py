@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-PRIMARY = "default"
+from relaycore.db import PRIMARY
 
 
 class PrimaryRouter:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 
-from buzzrelay.http import json_error
-from buzzrelay.middleware import add_cors_headers, internal_error_response
+from relaycore.http import json_error
+from relaycore.middleware import add_cors_headers, internal_error_response
 
 __all__ = ["bad_request", "csrf_failure", "not_found", "permission_denied", "server_error"]
 

@@ -27,7 +27,7 @@ METRICS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 def metrics_directory() -> Iterator[Path]:
     """PROMETHEUS_MULTIPROC_DIR for the server's processes, set before anything imports
     prometheus_client (Django's set-up does): each worker writes its metrics there and a scrape
-    of any worker sums them (relayinfo.metrics).
+    of any worker sums them (relaycore.metrics).
 
     The operator's directory when PROMETHEUS_MULTIPROC_DIR is set, emptied of an earlier run's
     files first (their counts would be added again); else a new temporary one, removed when
@@ -57,9 +57,9 @@ def uvicorn_options() -> dict[str, Any]:
     return {
         # uvicorn's httptools and websockets-sansio protocols with the per-connection bounds
         # uvicorn lacks (request head size, count and time; WebSocket reads only as fast as
-        # the client reads): buzzrelay/connection_limits.py, chosen by bench/connection_bounds.py.
-        "http": "buzzrelay.connection_limits:BoundedHttpToolsProtocol",
-        "ws": "buzzrelay.connection_limits:BoundedWebSocketProtocol",
+        # the client reads): relaycore/connection_limits.py, chosen by bench/connection_bounds.py.
+        "http": "relaycore.connection_limits:BoundedHttpToolsProtocol",
+        "ws": "relaycore.connection_limits:BoundedWebSocketProtocol",
         "log_config": log_config(),
         # The ASGI lifespan registers the instance in the fleet and deregisters it on shutdown.
         "lifespan": "on",
@@ -71,7 +71,7 @@ def uvicorn_options() -> dict[str, Any]:
         "ws_per_message_deflate": False,
         "timeout_graceful_shutdown": 10,
         # The relay decides which proxies' X-Forwarded-* headers to believe
-        # (RELAY_TRUSTED_PROXIES, buzzrelay/http.py); uvicorn's own rewriting (on by default for
+        # (RELAY_TRUSTED_PROXIES, relaycore/http.py); uvicorn's own rewriting (on by default for
         # 127.0.0.1) would apply a second, different rule first.
         "proxy_headers": False,
         # No per-request access log: at 1,000 requests/s it is work and noise; errors are logged.

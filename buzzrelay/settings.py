@@ -1,4 +1,4 @@
-"""Django settings, filled from the validated environment (buzzrelay.config)."""
+"""Django settings, filled from the validated environment (relaycore.config)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import cast
 from psycopg_pool import ConnectionPool
 
 from buzzrelay import VERSION
-from buzzrelay.config import load_config
-from buzzrelay.redis_topology import (
+from nostr.events import EventLimits
+from relaycore.config import load_config
+from relaycore.redis_topology import (
     REDIS_TIMEOUT_SECONDS,
     channel_layer_host,
     sentinel_cache_options,
 )
-from nostr.events import EventLimits
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # psycopg prepares a statement after this many executions on a connection; explicit
@@ -76,7 +76,7 @@ MIDDLEWARE = [
     # so under ASGI the whole chain runs on one thread. First in the list it made the others
     # async, and each of their hooks then paid a thread hop (34 per request: /healthz took
     # 7.7 ms in-process, 1.1 ms after). Its checks depend on none of the others' work.
-    "buzzrelay.middleware.RelayHttpMiddleware",
+    "relaycore.middleware.RelayHttpMiddleware",
 ]
 
 ROOT_URLCONF = "buzzrelay.urls"
@@ -86,9 +86,11 @@ APPEND_SLASH = False
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        # Inside the buzzrelay package, so the relay's wheel carries them (pyproject's
-        # package-data); first, so the relay's admin/index.html overrides the admin's own.
-        "DIRS": [Path(__file__).resolve().parent / "templates"],
+        # The repository's top-level templates/ (the project card's layout), reached through
+        # buzzrelay/templates, a link to it, so the relay's wheel carries them as the package's
+        # data (pyproject's package-data) and an installed relay finds them in its package;
+        # first, so the relay's admin/index.html overrides the admin's own.
+        "DIRS": [Path(__file__).parent / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -108,7 +110,7 @@ RELAY_APPLICATION_NAME = f"buzzrelay/{VERSION} stamps=1 key={CONFIG.relay_pubkey
 if CONFIG.database is not None:
     _db = CONFIG.database
     # The one definition of both pools' parameters: Django's (below) and the asyncio pool of the
-    # fast reads (artifacts.selectors.async_reads takes these through artifacts.db.pool_options).
+    # fast reads (artifacts.selectors.async_reads takes these through relaycore.db.pool_options).
     _pool = {
         "min_size": 1,
         "max_size": CONFIG.database_pool_size,
@@ -216,11 +218,11 @@ RELAY_PUBLIC_URL = CONFIG.public_url
 RELAY_TRUSTED_PROXIES = CONFIG.trusted_proxies
 ARTIFACT_SYNC_OVERLAP_SECONDS = CONFIG.overlap_seconds
 ARTIFACT_SYNC_TOKEN_MAX_AGE = CONFIG.token_max_age_seconds
-# Enforced while the body is read, before any application code sees it (buzzrelay.body_limit).
+# Enforced while the body is read, before any application code sees it (relaycore.body_limit).
 RELAY_MAX_BODY_BYTES = 64 * 1024
 RELAY_BODY_TIMEOUT_SECONDS = CONFIG.body_timeout_seconds
 # The relay's API views (/query, /event, NIP-11) served on the event loop by the front door
-# (buzzrelay.edge.front_door); off, the same views through Django's handler and middleware.
+# (relaycore.edge.front_door); off, the same views through Django's handler and middleware.
 RELAY_FRONT_DOOR = CONFIG.front_door
 # Writes on the server loop share transactions (artifacts.services.group_commit).
 RELAY_GROUP_COMMIT = CONFIG.group_commit
@@ -266,21 +268,21 @@ RELAY_FLEET_REFRESH_SECONDS = 10
 # The readiness verdict is cached per process this long (NIP-11 and rounds ask for it often).
 RELAY_READINESS_CACHE_SECONDS = 2
 
-# The HTTP edge is DRF's (buzzrelay/edge): NIP-98 authentication, the limits as throttles,
+# The HTTP edge is DRF's (relaycore/edge): NIP-98 authentication, the limits as throttles,
 # orjson renderers, one exception handler. The views name their classes; these are the defaults.
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["buzzrelay.edge.authentication.Nip98Authentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["relaycore.edge.nip98.Nip98Authentication"],
     "DEFAULT_PERMISSION_CLASSES": [],
     "DEFAULT_THROTTLE_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
-    "DEFAULT_RENDERER_CLASSES": ["buzzrelay.edge.renderers.JSONBytesRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["buzzrelay.edge.parsers.BoundedBytesParser"],
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "buzzrelay.edge.renderers.OnlyRenderer",
-    "EXCEPTION_HANDLER": "buzzrelay.edge.exceptions.relay_exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["relaycore.edge.renderers.JSONBytesRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["relaycore.edge.parsers.BoundedBytesParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "relaycore.edge.renderers.OnlyRenderer",
+    "EXCEPTION_HANDLER": "relaycore.edge.exceptions.relay_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
-# GET /openapi.json: generated by drf-spectacular from the views (buzzrelay/edge/openapi.py);
+# GET /openapi.json: generated by drf-spectacular from the views (relaycore/edge/openapi.py);
 # Swagger UI for staff at /admin/api/ from drf-spectacular-sidecar's static files (no CDN).
 SPECTACULAR_SETTINGS = {
     "TITLE": "Buzz relay HTTP API",
@@ -292,9 +294,9 @@ SPECTACULAR_SETTINGS = {
     ),
     "VERSION": RELAY_VERSION,
     "OAS_VERSION": "3.1.0",
-    "DEFAULT_GENERATOR_CLASS": "buzzrelay.edge.openapi.RelaySchemaGenerator",
+    "DEFAULT_GENERATOR_CLASS": "relaycore.edge.openapi.RelaySchemaGenerator",
     # The relay has no serializers: its bodies and headers are components written by hand.
-    "POSTPROCESSING_HOOKS": ["buzzrelay.edge.openapi.relay_components"],
+    "POSTPROCESSING_HOOKS": ["buzzrelay.openapi_document.relay_components"],
     "SCHEMA_PATH_PREFIX": "",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",

@@ -23,19 +23,15 @@ import fcntl
 import hashlib
 import os
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import IO, Any, TextIO
 
 from django.conf import settings
 
+from relaycore.asgi_types import ASGIApp, Receive, Scope, Send
+
 __all__ = ["StaticFiles", "StaticFilesError", "collect_static", "is_collected"]
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 STAMP_NAME = ".buzz-collected"
 MANIFEST_NAME = "staticfiles.json"

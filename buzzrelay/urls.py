@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from buzzrelay.app_page import app_page
-from buzzrelay.edge.openapi_views import APIDocsView, OpenAPIView
+from buzzrelay.openapi_views import APIDocsView, OpenAPIView
 
 urlpatterns = [
     # Staff only, under the console's rules (second factor included; others are sent to the

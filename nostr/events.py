@@ -14,7 +14,7 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -58,7 +58,10 @@ EVENT_KEYS = frozenset({"id", "pubkey", "created_at", "kind", "tags", "content",
 MAX_KIND = 65535  # NIP-01: "kind: integer between 0 and 65535"
 
 _HEX = re.compile(r"[0-9a-f]*")
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# The wire shapes of an id and a UUID, as patterns (the OpenAPI document names them too).
+HEX64_PATTERN: Final = "^[0-9a-f]{64}$"
+UUID_PATTERN: Final = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+_CANONICAL_UUID = re.compile(UUID_PATTERN)
 # Field names echoed back in error messages: short and harmless to show.
 _PRINTABLE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,32}")
 
@@ -132,7 +135,7 @@ def is_lower_hex(value: object, length: int) -> bool:
 
 def is_canonical_uuid(value: object) -> bool:
     """True for a UUID in canonical form only: lowercase hex, 8-4-4-4-12, no braces or URN."""
-    return isinstance(value, str) and _UUID.fullmatch(value) is not None
+    return isinstance(value, str) and _CANONICAL_UUID.fullmatch(value) is not None
 
 
 def serialize_event(

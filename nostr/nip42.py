@@ -67,7 +67,7 @@ def verify_auth_event(
         raise Nip42Error(f"invalid auth event: {exc}") from None
     if parsed.kind != KIND_CLIENT_AUTH:
         raise Nip42Error(f"auth event kind must be {KIND_CLIENT_AUTH}")
-    signed_challenge = _single_tag(parsed, "challenge")
+    signed_challenge = _one_tag_or_none(parsed, "challenge")
     if signed_challenge is None:
         raise Nip42Error("auth event needs exactly one challenge tag")
     if signed_challenge != challenge:
@@ -103,7 +103,7 @@ def make_auth(
     )
 
 
-def _single_tag(event: Event, name: str) -> str | None:
+def _one_tag_or_none(event: Event, name: str) -> str | None:
     try:
         return single_tag_value(event, name)
     except DuplicateTag:
@@ -112,7 +112,7 @@ def _single_tag(event: Event, name: str) -> str | None:
 
 
 def _check_relay(event: Event, relay_url: str) -> None:
-    signed_url = _single_tag(event, "relay")
+    signed_url = _one_tag_or_none(event, "relay")
     if signed_url is None:
         raise Nip42Error("auth event needs exactly one relay tag")
     try:

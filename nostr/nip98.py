@@ -187,7 +187,7 @@ def _decode_header(authorization: str | None, max_header_bytes: int) -> bytes:
         raise Nip98Error("auth event is not valid base64") from None
 
 
-def _single_tag(event: Event, name: str) -> str | None:
+def _one_tag(event: Event, name: str) -> str | None:
     try:
         return single_tag_value(event, name)
     except DuplicateTag:
@@ -196,7 +196,7 @@ def _single_tag(event: Event, name: str) -> str | None:
 
 
 def _check_url(event: Event, url: str) -> None:
-    signed_url = _single_tag(event, "u")
+    signed_url = _one_tag(event, "u")
     if signed_url is None:
         raise Nip98Error("auth event has no u tag")
     # Both sides normalized, always: an exact-string shortcut would accept a `u` spelled as a
@@ -216,7 +216,7 @@ def _check_url(event: Event, url: str) -> None:
 
 
 def _check_method(event: Event, method: str) -> None:
-    signed_method = _single_tag(event, "method")
+    signed_method = _one_tag(event, "method")
     if signed_method is None:
         raise Nip98Error("auth event has no method tag")
     # ASCII only: str.upper() would also map e.g. "po\u017ft" (LONG S) onto "POST".
@@ -225,7 +225,7 @@ def _check_method(event: Event, method: str) -> None:
 
 
 def _check_payload(event: Event, body: bytes | None) -> None:
-    payload = _single_tag(event, "payload")
+    payload = _one_tag(event, "payload")
     if payload is None:
         if body:
             raise Nip98Error("auth event has no payload tag for the request body")

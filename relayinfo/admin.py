@@ -14,8 +14,10 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
+from relaycore.admin import ReadOnlyAdmin
+from relaycore.metrics import round_traffic
 from relayinfo.admin_plots import fleet_timeline, lag_bins, lag_plot, traffic_plot
-from relayinfo.metrics import round_traffic, stamp_lag
+from relayinfo.exposition import stamp_lag
 from relayinfo.models import (
     AuthReplayClaim,
     FleetEpisode,
@@ -81,19 +83,6 @@ def readiness_view(request: HttpRequest) -> HttpResponse:
         **readiness_context(),
     }
     return TemplateResponse(request, "admin/relayinfo/readiness.html", context)
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Deployment state is written by the relay itself (and buzz-admin), never edited by hand."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(SyncState)

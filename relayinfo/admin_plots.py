@@ -5,7 +5,7 @@ Three figures, each from what the relay already records:
 - stamp-to-commit lag: the writers' samples (`writer_lag_samples`, kept two hours by
   artifacts.services.stamp_lag) binned on a log scale, against the overlap (the margin rounds
   allow for late commits);
-- rounds over time: the fleet's per-minute round traffic (relayinfo.metrics.round_traffic, in
+- rounds over time: the fleet's per-minute round traffic (relaycore.metrics.round_traffic, in
   the shared cache): rounds finished, first rounds (a client with no token: cause `start`),
   resets by cause (retired, epoch, expired, not_ready, view: a client that had a token and must
   read everything again), pages served. First rounds are new clients; resets are the ones an
@@ -29,7 +29,7 @@ from django.db.models import Q
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from relayinfo.metrics import MinuteTraffic
+from relaycore.metrics import MinuteTraffic
 from relayinfo.models import FleetEpisode, RelayInstance, SyncState
 
 WIDTH, HEIGHT = 760, 220
@@ -37,7 +37,7 @@ LEFT, RIGHT, TOP, BOTTOM = 56, 16, 16, 40
 # Bin edges of the lag histogram (milliseconds); the overlap is added as an edge of its own.
 LAG_EDGES_MS = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 15000, 60000)
 SERIES_COLOURS = {"rounds": "#417690", "first": "#2e8540", "pages": "#999999"}
-# One colour per reset cause (relayinfo.metrics.RESET_CAUSES but "start", drawn as "first").
+# One colour per reset cause (relaycore.metrics.RESET_CAUSES but "start", drawn as "first").
 RESET_COLOURS = {"retired": "#ba2121", "epoch": "#e0a000", "expired": "#8e44ad",
                  "not_ready": "#d35400", "view": "#c2185b"}
 TIMELINE_HOURS = 24

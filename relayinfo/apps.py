@@ -8,4 +8,9 @@ class RelayInfoConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers the readiness system checks (buzz.W001 ... buzz.W006).
+        from relaycore.readiness_gate import ReadinessVerdict, use_readiness_verdict
         from relayinfo import checks  # noqa: F401
+        from relayinfo.readiness import cached_readiness, deployment_ready
+
+        # The rounds' readiness (artifacts asks relaycore.readiness_gate, never relayinfo).
+        use_readiness_verdict(ReadinessVerdict(fresh=deployment_ready, cached=cached_readiness))

@@ -19,22 +19,16 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection, connections
 
+from relaycore.asgi_types import ASGIApp, Receive, Scope, Send
 from relayinfo.readiness.verdict import on_unrecorded_episode
 
 logger = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _lock = threading.Lock()
 _stop = threading.Event()

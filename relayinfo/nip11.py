@@ -1,6 +1,6 @@
 """The NIP-11 relay information document (PROTOCOL.md section 6).
 
-Its media type is chosen by `buzzrelay.edge.renderers.Nip11Negotiation`.
+Its media type is chosen by `relaycore.edge.renderers.Nip11Negotiation`.
 
 Every `limitation` value comes from the setting its enforcing code reads (buzzrelay/settings.py),
 so the document never announces a limit the relay does not hold to; `max_content_length` is the

@@ -24,8 +24,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from buzzrelay.http import absolute_url, json_error, json_response, public_netloc, public_scheme
 from nostr.nip98 import Nip98Error, verify_nip98
+from relaycore.http import absolute_url, json_error, json_response, public_netloc, public_scheme
 from relayinfo import staff
 
 CHALLENGE_KEY = "buzz_nostr_challenge"

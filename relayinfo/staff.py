@@ -3,7 +3,7 @@
 The limits themselves are django-axes' (AccessAttempt rows in PostgreSQL, shared by every worker
 and instance, settings.AXES_*); the second factor is django-otp's (a TOTP device, and a static
 device holding the recovery codes). Here: the writes around them, one line per failure or
-refusal in the log, and the counts in /metrics (relayinfo.metrics), so the admin's forms and
+refusal in the log, and the counts in /metrics (relaycore.metrics), so the admin's forms and
 views and `buzz-admin staff` share one implementation.
 """
 
@@ -23,8 +23,8 @@ from django_otp.models import Device
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from buzzrelay.http import client_address
-from relayinfo.metrics import (
+from relaycore.http import client_address
+from relaycore.metrics import (
     ADMIN_LOGIN_FAILED_NOSTR_KEY,
     ADMIN_LOGIN_FAILED_PASSWORD,
     ADMIN_LOGIN_FAILED_SECOND_FACTOR,

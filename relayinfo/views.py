@@ -15,9 +15,9 @@ from rest_framework.renderers import TemplateHTMLRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from artifacts.ws.dbcall import run_db
-from buzzrelay.addressing import in_networks
-from buzzrelay.edge.openapi import (
+from relaycore import readiness_gate
+from relaycore.addressing import in_networks
+from relaycore.edge.openapi import (
     COMMON_ERRORS,
     JSON,
     Answer,
@@ -26,18 +26,17 @@ from buzzrelay.edge.openapi import (
     plain_view_schema,
     ref,
 )
-from buzzrelay.edge.renderers import NOSTR_JSON, Nip11Negotiation, NostrJSONRenderer
-from buzzrelay.edge.views import RelayAPIView
-from buzzrelay.http import (
+from relaycore.edge.renderers import NOSTR_JSON, Nip11Negotiation, NostrJSONRenderer
+from relaycore.edge.views import RelayAPIView
+from relaycore.http import (
     client_address,
     json_error,
     json_response,
     public_netloc,
     public_scheme,
 )
-from relayinfo.metrics import prometheus_exposition
+from relayinfo.exposition import prometheus_exposition
 from relayinfo.nip11 import relay_information
-from relayinfo.readiness import cached_readiness, deployment_ready
 
 _NIP11_OK = (
     "The NIP-11 document (on `/`, unless Accept names `application/nostr+json`: the relay's"
@@ -78,7 +77,7 @@ class RelayInfoView(RelayAPIView):
     renderer_classes = [NostrJSONRenderer, TemplateHTMLRenderer]
     content_negotiation_class = Nip11Negotiation
     template_name = "relayinfo/home.html"
-    schema = RelayAutoSchema()  # the OpenAPI operation (buzzrelay/edge/openapi.py)
+    schema = RelayAutoSchema()  # the OpenAPI operation (relaycore/edge/openapi.py)
     # `/info`: the document whatever Accept says.
     document_only = False
 
@@ -90,7 +89,7 @@ class RelayInfoView(RelayAPIView):
     async def serve(self, request: Request, parsed: None) -> HttpResponseBase:
         community = request.community  # type: ignore[attr-defined]
         # Readiness only where it can change the answer (cached per process anyway).
-        ready = community.artifacts_enabled and await _deployment_ready()
+        ready = community.artifacts_enabled and await readiness_gate.ready_on_loop()
         if request.accepted_media_type == NOSTR_JSON:
             response = Response(relay_information(community=community, ready=ready))
         else:
@@ -109,11 +108,6 @@ class RelayInfoView(RelayAPIView):
         return response
 
 
-async def _deployment_ready() -> bool:
-    cached = cached_readiness()
-    return cached if cached is not None else await run_db(deployment_ready)
-
-
 @plain_view_schema(
     summary="Prometheus metrics for operators",
     auth=[],
@@ -130,7 +124,7 @@ async def _deployment_ready() -> bool:
     },
 )
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text exposition (relayinfo.metrics), for scrapers allowed by `metrics_refusal`."""
+    """Prometheus text exposition (relaycore.metrics), for scrapers allowed by `metrics_refusal`."""
     refusal = metrics_refusal(request)
     if refusal is not None:
         return refusal

@@ -48,10 +48,10 @@ def _static_files_collected() -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _database_threads_closed(django_db_setup: None) -> object:
     """Views run synchronous work on database threads that keep their connections
-    (artifacts.ws.dbcall); they are stopped before the test database is dropped, which an open
+    (relaycore.dbthreads); they are stopped before the test database is dropped, which an open
     connection would refuse."""
     yield
-    from artifacts.ws.dbcall import stop_threads
+    from relaycore.dbthreads import stop_threads
 
     stop_threads()
 

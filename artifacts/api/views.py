@@ -34,14 +34,14 @@ from artifacts.selectors.rounds import CommunityGone, Page, RoundRequest, prepar
 from artifacts.selectors.sync_epoch import connection_identity
 from artifacts.services.ingest import ingest_event
 from artifacts.tokens import InvalidProgress
-from artifacts.ws.dbcall import run_db
 from artifacts.ws.loop_ingest import ingest_on_loop
-from buzzrelay.edge.exceptions import InvalidRequest, ServiceUnavailable, UnknownCommunity
-from buzzrelay.edge.openapi import JSON, Answer, RelayAutoSchema, error_answer, ref
-from buzzrelay.edge.parsers import request_body
-from buzzrelay.edge.views import RelayAPIView
-from relayinfo.metrics import flush_metrics, record_round
-from relayinfo.readiness import cached_readiness, deployment_ready
+from relaycore import readiness_gate
+from relaycore.dbthreads import run_db
+from relaycore.edge.exceptions import InvalidRequest, ServiceUnavailable, UnknownCommunity
+from relaycore.edge.openapi import JSON, Answer, RelayAutoSchema, error_answer, ref
+from relaycore.edge.parsers import request_body
+from relaycore.edge.views import RelayAPIView
+from relaycore.metrics import flush_metrics, record_round
 
 __all__ = ["EventView", "QueryView", "record_page", "render_page"]
 
@@ -78,7 +78,7 @@ class QueryView(RelayAPIView):
     """One filter: a plain read (a JSON array of events) or one page of a round."""
 
     http_method_names = ["post", "options"]
-    schema = RelayAutoSchema()  # the OpenAPI operation (buzzrelay/edge/openapi.py)
+    schema = RelayAutoSchema()  # the OpenAPI operation (relaycore/edge/openapi.py)
     # On the server loop, the community lookup begins the page's transaction (one round trip
     # for both, as a round costs few): the connection is kept until the request is answered.
     _pool: AsyncConnectionPool | None = None
@@ -131,7 +131,7 @@ class QueryView(RelayAPIView):
             if self._read is not None:
                 page = await _read_page_on_loop(self._read, rounds)
             else:
-                page = await run_db(_read_page, rounds)
+                page = await run_db(_counted_page, rounds)
         except CommunityGone:
             raise UnknownCommunity from None
         return _json(render_page(page))
@@ -152,7 +152,7 @@ class EventView(RelayAPIView):
     """One signed event in, the NIP-01 `OK` triple out (refusals of the event are `OK false`)."""
 
     http_method_names = ["post", "options"]
-    schema = RelayAutoSchema()  # the OpenAPI operation (buzzrelay/edge/openapi.py)
+    schema = RelayAutoSchema()  # the OpenAPI operation (relaycore/edge/openapi.py)
     # On the server loop the connection of the community lookup is kept for the write (one
     # checkout per request) until the request is answered.
     _pool: AsyncConnectionPool | None = None
@@ -204,9 +204,9 @@ class EventView(RelayAPIView):
         return _json(orjson.dumps(result.as_ok()))
 
 
-def _read_page(rounds: RoundRequest) -> Page:
+def _counted_page(rounds: RoundRequest) -> Page:
     """One page, counted in the round metrics (on a database thread: both are synchronous)."""
-    page = read_page(rounds, ready=deployment_ready())
+    page = read_page(rounds, ready=readiness_gate.ready())
     record_page(page)
     return page
 
@@ -215,9 +215,7 @@ async def _read_page_on_loop(read: OpenRead, rounds: RoundRequest) -> Page:
     """The same page in the transaction `begin_read` opened on the server loop's asyncio pool
     (`async_reads`): no thread hop. Readiness is cached per process (when it is not, it is read
     on a database thread); the database identity per connection, as its server's."""
-    ready = cached_readiness()
-    if ready is None:
-        ready = await run_db(deployment_ready)
+    ready = await readiness_gate.ready_on_loop()
     identity = await connection_identity(read.cursor.connection)
     page = await read_page_async(read, rounds, ready=ready, identity=identity)
     if record_page(page, flush=False):
@@ -227,7 +225,7 @@ async def _read_page_on_loop(read: OpenRead, rounds: RoundRequest) -> Page:
 
 
 def record_page(page: Page, *, flush: bool = True) -> bool:
-    """Count a served page in the round metrics (relayinfo.metrics.record_round)."""
+    """Count a served page in the round metrics (relaycore.metrics.record_round)."""
     return record_round(
         reset_cause=page.reset_reason,
         full_round=page.full_round,

@@ -10,7 +10,7 @@ as artifacts/models.py declares them (`db_default=TransactionNow()`, which compi
 
 from django.db import migrations, models
 
-import artifacts.db
+import relaycore.db
 from artifacts.migrations import _sync_steps
 
 
@@ -32,12 +32,12 @@ class Migration(migrations.Migration):
                 migrations.AddField(
                     model_name="artifacthead",
                     name="modified_at",
-                    field=models.DateTimeField(db_default=artifacts.db.TransactionNow()),
+                    field=models.DateTimeField(db_default=relaycore.db.TransactionNow()),
                 ),
                 migrations.AddField(
                     model_name="artifactrevision",
                     name="modified_at",
-                    field=models.DateTimeField(db_default=artifacts.db.TransactionNow()),
+                    field=models.DateTimeField(db_default=relaycore.db.TransactionNow()),
                 ),
                 migrations.AddField(
                     model_name="artifactrevision",
@@ -47,12 +47,12 @@ class Migration(migrations.Migration):
                 migrations.AddField(
                     model_name="channelmember",
                     name="sync_modified_at",
-                    field=models.DateTimeField(db_default=artifacts.db.TransactionNow()),
+                    field=models.DateTimeField(db_default=relaycore.db.TransactionNow()),
                 ),
                 migrations.AddField(
                     model_name="community",
                     name="artifact_policy_modified_at",
-                    field=models.DateTimeField(db_default=artifacts.db.TransactionNow()),
+                    field=models.DateTimeField(db_default=relaycore.db.TransactionNow()),
                 ),
             ],
         )

@@ -10,7 +10,7 @@ correct; readiness does not name them. Reversed, the tables are dropped.
 
 from django.db import migrations, models
 
-import artifacts.db
+import relaycore.db
 
 
 class Migration(migrations.Migration):
@@ -27,7 +27,7 @@ class Migration(migrations.Migration):
                 ("channel_id", models.UUIDField(blank=True, null=True)),
                 ("readable_before", models.SmallIntegerField(
                     blank=True, choices=[(0, "Nobody"), (1, "Open"), (2, "Members")], null=True)),
-                ("changed_at", models.DateTimeField(db_default=artifacts.db.TransactionNow())),
+                ("changed_at", models.DateTimeField(db_default=relaycore.db.TransactionNow())),
             ],
             options={"db_table": "artifact_listing_changes"},
         ),
@@ -39,7 +39,7 @@ class Migration(migrations.Migration):
                 ("community_id", models.BigIntegerField()),
                 ("digest", models.BinaryField(max_length=16)),
                 ("channels", models.BinaryField()),
-                ("touched_at", models.DateTimeField(db_default=artifacts.db.TransactionNow())),
+                ("touched_at", models.DateTimeField(db_default=relaycore.db.TransactionNow())),
             ],
             options={
                 "db_table": "artifact_sync_channel_sets",

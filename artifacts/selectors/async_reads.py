@@ -25,7 +25,6 @@ from psycopg import sql
 from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from artifacts.db import pool_options, psycopg_connect_kwargs, server_spoke_while_idle
 from artifacts.models import Community
 from artifacts.selectors.budget import read_settings_sql
 from artifacts.selectors.communities import (
@@ -35,6 +34,13 @@ from artifacts.selectors.communities import (
 )
 from artifacts.selectors.fence import fence_then, prepare_fence
 from artifacts.selectors.rounds import Page, RoundRequest, page_steps
+from relaycore.db import (
+    RECENT_SECONDS,
+    pool_options,
+    psycopg_connect_kwargs,
+    server_spoke_while_idle,
+)
+from relaycore.steps import Rows, Statement, drive_async
 
 __all__ = [
     "OpenRead",
@@ -51,7 +57,6 @@ __all__ = [
 _pools: WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool] = WeakKeyDictionary()
 # When each pooled connection last finished a page: one used that recently is not checked again.
 _last_used: WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = WeakKeyDictionary()
-RECENT_SECONDS = 2.0
 
 _BEGIN = f"BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; {read_settings_sql()}"
 _HOST = "%(host)s"
@@ -205,13 +210,11 @@ async def read_page_async(
     """
     cursor = read.cursor
     steps = page_steps(request, fence=read.fence, identity=identity, ready=ready)
-    try:
-        statement = next(steps)
-        while True:
-            await cursor.execute(statement[0], statement[1], prepare=True)
-            statement = steps.send(await cursor.fetchall())
-    except StopIteration as done:
-        page: Page = done.value
+    async def run(statement: Statement) -> Rows:
+        await cursor.execute(statement[0], statement[1], prepare=True)
+        return await cursor.fetchall()
+
+    page = await drive_async(steps, run)
     await cursor.execute("COMMIT")
     if page.store is not None:
         # The sets the token names by digest, stored before the token is handed out (the

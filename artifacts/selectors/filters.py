@@ -88,7 +88,7 @@ def parse_filter(raw: Any) -> QueryFilter:
             name = key[1:]
             if not _TAG_NAME.fullmatch(name):
                 raise InvalidFilter(f"bad tag predicate name {key[:70]!r}")
-            values = _tag_values(name, value)
+            values = _filter_values(name, value)
             tags[name] = values
             value_count += len(values)
             value_bytes += sum(len(v.encode("utf-8")) for v in values)
@@ -140,7 +140,7 @@ def parse_filter(raw: Any) -> QueryFilter:
     )
 
 
-def _tag_values(name: str, value: Any) -> tuple[str, ...]:
+def _filter_values(name: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
         raise InvalidFilter(f"#{name} must be a non-empty list of strings")
     if not all(isinstance(v, str) for v in value):

@@ -77,7 +77,7 @@ def type_allowed(artifact_type: str, allowed_types: str) -> str:
     return f"({allowed_types} IS NULL OR {artifact_type} = ANY({allowed_types}))"
 
 
-def policy_allows(artifact_type: str) -> str:
+def policy_allows_sql(artifact_type: str) -> str:
     """The community (joined as `co`) has artifacts enabled and allows `artifact_type`."""
     return f"(co.artifacts_enabled AND {type_allowed(artifact_type, 'co.artifact_types')})"
 
@@ -92,7 +92,7 @@ def head_readable(head: str, event: str) -> str:
     """The head `head` (artifact_heads alias) with head event `event` (events alias, LEFT JOINed)
     is readable by P."""
     return (
-        f"({policy_allows(f'{head}.artifact_type')} "
+        f"({policy_allows_sql(f'{head}.artifact_type')} "
         f"AND {head_shown(f'{head}.deleted', f'{event}.deleted_at')} AND {event}.raw IS NOT NULL "
         f"AND {channel_readable(f'{head}.channel_id')})"
     )
@@ -103,7 +103,7 @@ def revision_readable(revision: str, head: str, event: str) -> str:
     (its type is immutable, so the head's says it), stored as `event` (events alias), is
     readable by P: its own channel now, not its artifact's current home."""
     return (
-        f"({event}.deleted_at IS NULL AND {policy_allows(f'{head}.artifact_type')} "
+        f"({event}.deleted_at IS NULL AND {policy_allows_sql(f'{head}.artifact_type')} "
         f"AND {channel_readable(f'{revision}.channel_id')})"
     )
 
@@ -128,7 +128,7 @@ def type_is_allowed(artifact_type: str | None, allowed_types: Collection[str] | 
     return allowed_types is None or (artifact_type is not None and artifact_type in allowed_types)
 
 
-def policy_is_allowing(
+def policy_allows_type(
     artifact_type: str | None, *, enabled: bool, allowed_types: Collection[str] | None
 ) -> bool:
     """The community's policy (artifacts `enabled`, `allowed_types`) serves `artifact_type`."""

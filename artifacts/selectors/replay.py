@@ -21,7 +21,7 @@ from django.db import connection
 from artifacts.selectors.readability import (
     ANY_READER,
     channel_is_readable,
-    policy_is_allowing,
+    policy_allows_type,
     readable_channels,
     type_allowed,
 )
@@ -243,7 +243,7 @@ class CommunityPolicy:
     artifact_types: frozenset[str] | None  # None: every type is allowed
 
     def allows(self, artifact_type: str | None) -> bool:
-        return policy_is_allowing(
+        return policy_allows_type(
             artifact_type, enabled=self.artifacts_enabled, allowed_types=self.artifact_types
         )
 

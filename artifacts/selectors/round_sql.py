@@ -27,17 +27,51 @@ snapshot, by `_unseen`: the head's version for a head; for a move, the move revi
 artifact's head's (the move stands for the head). The rows are still read and counted in the
 window: the page's bounded work is the same, only what it sends shrinks.
 
-Result columns: kind (0 hit, 1 trailer), position time, position key (native, for ordering),
-position key (text), artifact id, stored event JSON (events only), removal reason (removals only),
-window row count (trailer only).
+Result columns: is_trailer (false for a hit, true for the trailer), position time, position key
+(native, for ordering), position key (text), artifact id, stored event JSON (events only), removal
+reason (removals only), window row count (trailer only): `WindowTrailer` names the trailer's.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from functools import cache
+from typing import Any, NamedTuple
 
 from artifacts.selectors.readability import channel_readable, channel_row_readable, head_shown
 from artifacts.tokens import Phase
+
+
+class WindowTrailer(NamedTuple):
+    """The last row of a `window_sql` result: the window's last stream row and its size."""
+
+    is_trailer: bool
+    at: datetime
+    pos: Any
+    key: str
+    artifact_id: None
+    raw: None
+    reason: None
+    scanned: int
+
+
+class CatchupTrailer(NamedTuple):
+    """The last row of a `catchup_sql` result: the window's last artifact and its size."""
+
+    is_trailer: bool
+    artifact_id: Any  # uuid.UUID
+    raw: None
+    scanned: int
+
+
+def split_trailer[T: (WindowTrailer, CatchupTrailer)](
+    rows: list[Any], shape: type[T]
+) -> T | None:
+    """Take the trailer off a window's rows (the hits stay in `rows`), named by `shape`; None
+    when the window held no stream row at all."""
+    if rows and rows[-1][0] is True:
+        return shape._make(rows.pop())
+    return None
 
 # Position columns of each stream, in index order.
 _POSITION = {
@@ -170,12 +204,13 @@ def window_sql(phase: Phase, *, with_cursor: bool, has_channels: bool, has_types
              rc AS MATERIALIZED ({readable_homes}),
              c AS MATERIALIZED ({candidates}),
              hits AS ({hits})
-        SELECT 0 AS kind, at, pos, key, artifact_id::text, raw, reason, NULL::bigint FROM hits
+        SELECT false AS is_trailer, at, pos, key, artifact_id::text, raw, reason,
+               NULL::bigint AS scanned FROM hits
         UNION ALL
-        SELECT 1, at, pos, key, NULL, NULL, NULL, n FROM (
+        SELECT true, at, pos, key, NULL, NULL, NULL, n FROM (
             SELECT w.{at} AS at, w.{key} AS pos, w.{key}::text AS key, count(*) OVER () AS n
               FROM w ORDER BY w.{at} DESC, w.{key} DESC LIMIT 1) last
-        ORDER BY kind, at, pos"""
+        ORDER BY is_trailer, at, pos"""
 
 
 @cache
@@ -187,8 +222,9 @@ def catchup_sql(*, with_cursor: bool, has_types: bool) -> str:
     and row count). The catch-up names no removals: a head it skips is left to the round's own
     scan or was never in the collection.
 
-    Result columns: kind (0 hit, 1 trailer), artifact id (uuid), stored event JSON (hits only),
-    window row count (trailer only).
+    Result columns: is_trailer (false for a hit, true for the trailer), artifact id (uuid),
+    stored event JSON (hits only), window row count (trailer only): `CatchupTrailer` names the
+    trailer's.
     """
     cursor = " AND r.artifact_id > %(cu_key)s::uuid" if with_cursor else ""
     types = _narrow("w.artifact_type", "types" if has_types else None, "text")
@@ -207,9 +243,9 @@ def catchup_sql(*, with_cursor: bool, has_types: bool) -> str:
                AND {head_shown("w.deleted", "e.deleted_at")}
                AND {channel_readable("%(cu_channel)s::uuid")}
              ORDER BY w.artifact_id LIMIT %(want)s)
-        SELECT 0 AS kind, artifact_id, raw, NULL::bigint FROM hits
+        SELECT false AS is_trailer, artifact_id, raw, NULL::bigint AS scanned FROM hits
         UNION ALL
-        SELECT 1, artifact_id, NULL, n FROM (
+        SELECT true, artifact_id, NULL, n FROM (
             SELECT w.artifact_id, count(*) OVER () AS n
               FROM w ORDER BY w.artifact_id DESC LIMIT 1) last
-        ORDER BY kind, artifact_id"""
+        ORDER BY is_trailer, artifact_id"""

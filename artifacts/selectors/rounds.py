@@ -13,7 +13,7 @@ A page, in order:
    a retired key or an older token version reset too, decided in step 1. A view change applied
    incrementally names the channels lost (`removed_channels`) and adds those gained to the
    round's catch-up; the view is recovered from the token's reference, for the channels that
-   changed only (artifacts.selectors.view);
+   changed only (artifacts.selectors.reader_view);
 5. walks the round's own phases (FULL, or HEADS then MOVES), then its catch-up (the heads of the
    channels gained, `_catch_up`), each in bounded steps, until the page holds `limit` entries,
    about 1 MiB of events, or the scan budget is spent;
@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connections, transaction
@@ -43,14 +43,10 @@ from django.db.backends.utils import CursorWrapper
 from artifacts.selectors.budget import execute_prepared, read_transaction
 from artifacts.selectors.fence import read_fence
 from artifacts.selectors.filters import QueryFilter
-from artifacts.selectors.round_sql import catchup_sql, window_sql
-from artifacts.selectors.sync_epoch import EPOCH_SQL, database_identity
-from artifacts.selectors.view import (
+from artifacts.selectors.reader_view import (
     PROBE_COLUMNS,
     PROBE_FROM,
     UNRECOVERABLE,
-    Rows,
-    Statement,
     ViewProbe,
     derive_change,
     load_sets,
@@ -60,6 +56,14 @@ from artifacts.selectors.view import (
     summary_digest,
     view_unchanged,
 )
+from artifacts.selectors.round_sql import (
+    CatchupTrailer,
+    WindowTrailer,
+    catchup_sql,
+    split_trailer,
+    window_sql,
+)
+from artifacts.selectors.sync_epoch import EPOCH_SQL, database_identity
 from artifacts.tokens import (
     MAX_CATCHUP_CHANNELS,
     Phase,
@@ -70,6 +74,7 @@ from artifacts.tokens import (
     encode_progress,
     token_binding,
 )
+from relaycore.steps import Rows, Statement, drive
 
 # Candidate rows one page may examine, across its phases: the bounded work of a page.
 SCAN_BUDGET = 4000
@@ -220,13 +225,7 @@ def read_page(
 
 def run_steps(cursor: CursorWrapper, steps: PageSteps) -> Page:
     """Drive a page's statements through a Django cursor (the page's transaction)."""
-    try:
-        statement = next(steps)
-        while True:
-            statement = steps.send(execute_prepared(cursor, *statement))
-    except StopIteration as done:
-        page: Page = done.value
-        return page
+    return drive(steps, lambda statement: execute_prepared(cursor, *statement))
 
 
 def page_steps(
@@ -247,111 +246,35 @@ def page_steps(
     one (`run_steps`, Django's connection) and the HTTP fast path's asynchronous one.
     `identity`: the database's identity (artifacts.selectors.sync_epoch.database_identity).
     """
-    query = request.query
     if overlap is None:
         overlap = timedelta(seconds=settings.ARTIFACT_SYNC_OVERLAP_SECONDS)
     if token_max_age is None:
         token_max_age = timedelta(seconds=settings.ARTIFACT_SYNC_TOKEN_MAX_AGE)
-    decoded = request.decoded
-    # The token's round is done: this page starts a continuation round (unless it resets).
-    continues = isinstance(decoded, ProgressToken) and _finished(decoded)
-    if continues:
-        assert isinstance(decoded, ProgressToken)
-        pending = (decoded.round_t - overlap, max(fence, decoded.round_t))
-    else:
-        pending = (_ORIGIN, _ORIGIN)  # an empty range: not asked
-    first = yield _FIRST_STATEMENT, {
-        "community": request.community_id,
-        "reader": request.reader,
-        "pending_low": pending[0],
-        "pending_t": pending[1],
-    }
-    if not first:
-        raise CommunityGone(request.community_id)
-    (now, epoch, enabled, allowed_types, listing, members, latest_member, heads_pending,
-     moves_pending, has_log, has_store, snapshot_xmin, snapshot_xmax) = first[0]
-    state = _PageState(
-        now=now,
-        epoch=epoch,
-        database=database_tag(identity),
-        probe=probe_from_row(listing, members, latest_member),
-        fence=fence,
-        summary=summary_digest(enabled, allowed_types, query.values("type")),
-        has_log=has_log,
-        has_store=has_store,
-    )
-    loaded: frozenset[bytes] = frozenset()
-    if isinstance(request.decoded, ProgressToken):
-        expanded, loaded, complete = yield from load_sets(
-            request.decoded, community_id=request.community_id, has_store=has_store)
-        request = replace(request, decoded=expanded)
-        state = replace(state, sets_complete=complete)
-    reset_reason, token, lost = yield from _resume(
+    pending = _pending_range(request.decoded, fence=fence, overlap=overlap)
+    first = yield from _first_read(request, pending)
+    state = _page_state(first, request.query, fence=fence, identity=identity)
+    request, state, loaded = yield from _expand_sets(request, state)
+    reset_reason, resumed, lost = yield from _resume(
         request, state, ready=ready, overlap=overlap, token_max_age=token_max_age
     )
-    quiet = False
-    if token is None:
-        # A new full round, T = this page's fence; its view is referenced, not listed.
-        token = ProgressToken(
-            phase=Phase.FULL, epoch=epoch, database=state.database, round_t=fence,
-            watermark=_ORIGIN, cursor_at=_ORIGIN, cursor_key=b"",
-            view_digest=state.summary, view_t=fence,
-            view_fingerprint=state.probe.fingerprint, issued_at=now,
-            listing_version=state.probe.listing,
-            view_private=(yield from private_channels(
-                community_id=request.community_id, reader=request.reader,
-                channels=query.values("h"))),
-            round_xmin=snapshot_xmin,
-        )
-    elif continues:
-        # A continuation round: W = the previous round's T. A fence below W (a clock step)
-        # would make the range run backwards; the round then covers up to W.
-        token = replace(
-            token, phase=Phase.HEADS, watermark=token.round_t,
-            round_t=max(fence, token.round_t), cursor_at=_ORIGIN, cursor_key=b"",
-            previous_xmin=token.round_xmin, round_xmin=snapshot_xmin,
-        )
-        # Nothing in the round's range, in this snapshot: both phases would come back empty.
-        quiet = (
-            not heads_pending and not moves_pending
-            and (token.watermark - overlap, token.round_t) == pending
-        )
-    walk = _Walk(token.phase, token.cursor_at, _key_text(token), query.limit, budget=scan_budget)
-    params: dict[str, Any] = {
-        "community": request.community_id,
-        "reader": request.reader,
-        "round_t": token.round_t,
-        "low": token.watermark - overlap,
-        **_resend_rule(token, overlap=overlap, snapshot_xmax=snapshot_xmax),
-    }
-    if query.values("h") is not None:
-        params["filter_h"] = list(query.values("h") or ())
-    types = _types_within(allowed_types, query.values("type"))
-    if types is not None:
-        params["types"] = types
-    if enabled and not quiet:
-        yield from _walk(walk, params)
-    else:
-        # Nothing is readable, and under this view (constant since the last reset) nothing
-        # ever was; or the round's range holds no candidate: the round's own scan is done.
-        walk.phase = Phase.DONE
-    catchup = _CatchUp(sorted(token.catchup), token.catchup_pending and enabled,
-                       token.catchup_cursor)
-    if catchup.pending and not walk.full():
-        yield from _catch_up(walk, catchup, params)
-
+    token, quiet = yield from _round_token(
+        request, state, first, resumed, pending=pending, overlap=overlap
+    )
+    walk, catchup = yield from _fill(
+        request, first, token, quiet=quiet, overlap=overlap, scan_budget=scan_budget
+    )
     next_token, store = seal_sets(replace(
         token,
         phase=walk.phase,
-        epoch=epoch,
+        epoch=state.epoch,
         database=state.database,
         cursor_at=walk.cursor_at,
         cursor_key=_key_bytes(walk.phase, walk.cursor_key),
-        issued_at=now,
+        issued_at=state.now,
         catchup_pending=catchup.pending,
         catchup_cursor=catchup.cursor if catchup.pending else b"",
-    ), community_id=request.community_id, now=now, has_store=has_store, loaded=loaded,
-        token_max_age=token_max_age)
+    ), community_id=request.community_id, now=state.now, has_store=state.has_store,
+        loaded=loaded, token_max_age=token_max_age)
     return Page(
         events=walk.events,
         removed=walk.removed,
@@ -360,10 +283,167 @@ def page_steps(
         reset=reset_reason is not None,
         reset_reason=reset_reason,
         full_round=token.watermark == _ORIGIN,
-        fence_lag=now - token.round_t,
+        fence_lag=state.now - token.round_t,
         removed_channels=[str(uuid.UUID(bytes=channel)) for channel in lost],
         store=store,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """The continuation a finished round's token would start: [low, t), asked of the first
+    statement (an empty range, from the origin to the origin, when the token's round is not
+    done: the page then continues that round, or starts one)."""
+
+    continues: bool
+    low: datetime
+    t: datetime
+
+
+def _pending_range(
+    decoded: ProgressToken | RetiredToken | None, *, fence: datetime, overlap: timedelta
+) -> _Pending:
+    if isinstance(decoded, ProgressToken) and _finished(decoded):
+        return _Pending(True, decoded.round_t - overlap, max(fence, decoded.round_t))
+    return _Pending(False, _ORIGIN, _ORIGIN)
+
+
+class _FirstRow(NamedTuple):
+    """`_FIRST_STATEMENT`'s row, by name (its columns in order)."""
+
+    now: datetime
+    epoch: int
+    enabled: bool
+    allowed_types: list[str] | None
+    listing: int  # the view probe's three (PROBE_COLUMNS)
+    members: int
+    latest_member: datetime | None
+    heads_pending: bool  # the pending continuation's HEADS phase has a candidate
+    moves_pending: bool  # ... and its MOVES phase
+    has_log: bool
+    has_store: bool
+    snapshot_xmin: int
+    snapshot_xmax: int
+
+
+def _first_read(request: RoundRequest, pending: _Pending) -> Generator[Statement, Rows, _FirstRow]:
+    """The page's first statement: its snapshot, and what the rest of the page decides by."""
+    rows = yield _FIRST_STATEMENT, {
+        "community": request.community_id,
+        "reader": request.reader,
+        "pending_low": pending.low,
+        "pending_t": pending.t,
+    }
+    if not rows:
+        raise CommunityGone(request.community_id)
+    return _FirstRow._make(rows[0])
+
+
+def _page_state(
+    first: _FirstRow, query: QueryFilter, *, fence: datetime, identity: str
+) -> _PageState:
+    return _PageState(
+        now=first.now,
+        epoch=first.epoch,
+        database=database_tag(identity),
+        probe=probe_from_row(first.listing, first.members, first.latest_member),
+        fence=fence,
+        summary=summary_digest(first.enabled, first.allowed_types, query.values("type")),
+        has_log=first.has_log,
+        has_store=first.has_store,
+    )
+
+
+def _expand_sets(
+    request: RoundRequest, state: _PageState
+) -> Generator[Statement, Rows, tuple[RoundRequest, _PageState, frozenset[bytes]]]:
+    """The token's channel sets stored by digest, loaded into it: (the request with the
+    expanded token, the state knowing whether every set was found, the digests loaded)."""
+    if not isinstance(request.decoded, ProgressToken):
+        return request, state, frozenset()
+    expanded, loaded, complete = yield from load_sets(
+        request.decoded, community_id=request.community_id, has_store=state.has_store)
+    return replace(request, decoded=expanded), replace(state, sets_complete=complete), loaded
+
+
+def _round_token(
+    request: RoundRequest,
+    state: _PageState,
+    first: _FirstRow,
+    resumed: ProgressToken | None,
+    *,
+    pending: _Pending,
+    overlap: timedelta,
+) -> Generator[Statement, Rows, tuple[ProgressToken, bool]]:
+    """(the token this page works under, whether the round's range is quiet): a new full round
+    when nothing is resumed, the next continuation round when the resumed one is done, else the
+    resumed token as it is."""
+    if resumed is None:
+        # A new full round, T = this page's fence; its view is referenced, not listed.
+        return ProgressToken(
+            phase=Phase.FULL, epoch=state.epoch, database=state.database, round_t=state.fence,
+            watermark=_ORIGIN, cursor_at=_ORIGIN, cursor_key=b"",
+            view_digest=state.summary, view_t=state.fence,
+            view_fingerprint=state.probe.fingerprint, issued_at=state.now,
+            listing_version=state.probe.listing,
+            view_private=(yield from private_channels(
+                community_id=request.community_id, reader=request.reader,
+                channels=request.query.values("h"))),
+            round_xmin=first.snapshot_xmin,
+        ), False
+    if not pending.continues:
+        return resumed, False
+    # A continuation round: W = the previous round's T. A fence below W (a clock step) would
+    # make the range run backwards; the round then covers up to W.
+    token = replace(
+        resumed, phase=Phase.HEADS, watermark=resumed.round_t,
+        round_t=max(state.fence, resumed.round_t), cursor_at=_ORIGIN, cursor_key=b"",
+        previous_xmin=resumed.round_xmin, round_xmin=first.snapshot_xmin,
+    )
+    # Nothing in the round's range, in this snapshot: both phases would come back empty.
+    quiet = (
+        not first.heads_pending and not first.moves_pending
+        and (token.watermark - overlap, token.round_t) == (pending.low, pending.t)
+    )
+    return token, quiet
+
+
+def _fill(
+    request: RoundRequest,
+    first: _FirstRow,
+    token: ProgressToken,
+    *,
+    quiet: bool,
+    overlap: timedelta,
+    scan_budget: int,
+) -> Generator[Statement, Rows, tuple[_Walk, _CatchUp]]:
+    """The page's entries: the round's own scan from the token's position, then its catch-up
+    while the page has room."""
+    query = request.query
+    walk = _Walk(token.phase, token.cursor_at, _key_text(token), query.limit, budget=scan_budget)
+    params: dict[str, Any] = {
+        "community": request.community_id,
+        "reader": request.reader,
+        "round_t": token.round_t,
+        "low": token.watermark - overlap,
+        **_resend_rule(token, overlap=overlap, snapshot_xmax=first.snapshot_xmax),
+    }
+    if query.values("h") is not None:
+        params["filter_h"] = list(query.values("h") or ())
+    types = _types_within(first.allowed_types, query.values("type"))
+    if types is not None:
+        params["types"] = types
+    if first.enabled and not quiet:
+        yield from _walk(walk, params)
+    else:
+        # Nothing is readable, and under this view (constant since the last reset) nothing
+        # ever was; or the round's range holds no candidate: the round's own scan is done.
+        walk.phase = Phase.DONE
+    catchup = _CatchUp(sorted(token.catchup), token.catchup_pending and first.enabled,
+                       token.catchup_cursor)
+    if catchup.pending and not walk.full():
+        yield from _catch_up(walk, catchup, params)
+    return walk, catchup
 
 
 def _resend_rule(
@@ -520,7 +600,7 @@ def _catch_up(walk: _Walk, catchup: _CatchUp, params: dict[str, Any]) -> Generat
             return
         channel, after = position
         want = walk.limit - walk.entries
-        window = min(walk.budget, max(window * 2, want + want // 4 + 16))
+        window = _next_window(window, want=want, budget=walk.budget)
         step = {
             **params,
             "window": window,
@@ -531,10 +611,10 @@ def _catch_up(walk: _Walk, catchup: _CatchUp, params: dict[str, Any]) -> Generat
         rows = yield catchup_sql(
             with_cursor=after is not None, has_types="types" in params
         ), step
-        trailer = rows.pop() if rows and rows[-1][0] == 1 else None
-        scanned = 0 if trailer is None else int(trailer[3])
+        trailer = split_trailer(rows, CatchupTrailer)
+        scanned = 0 if trailer is None else int(trailer.scanned)
         walk.budget -= scanned
-        for _kind, artifact, raw, _n in rows:
+        for _is_trailer, artifact, raw, _scanned in rows:
             if walk.events and walk.size + len(raw) > PAGE_BYTES:
                 walk.size = PAGE_BYTES  # this one waits for the next page
                 return
@@ -555,20 +635,26 @@ def _catch_up(walk: _Walk, catchup: _CatchUp, params: dict[str, Any]) -> Generat
             catchup.cursor = following[0]
         else:
             assert trailer is not None
-            catchup.cursor = channel + trailer[1].bytes
+            catchup.cursor = channel + trailer.artifact_id.bytes
 
 
-def _walk(walk: _Walk, params: dict[str, Any]) -> Generator[Statement, Rows, None]:
-    """Fill the page from the walk's phase onwards, one window of candidates per statement.
+def _next_window(previous: int, *, want: int, budget: int) -> int:
+    """How many stream rows the next window reads (the own scan's and the catch-up's alike).
 
     A window starts a little larger than the entries still wanted (most candidates of a reader
     who reads most of the community come out) and doubles while windows come back short, until
     the page's scan budget is spent.
     """
+    return min(budget, max(previous * 2, want + want // 4 + 16))
+
+
+def _walk(walk: _Walk, params: dict[str, Any]) -> Generator[Statement, Rows, None]:
+    """Fill the page from the walk's phase onwards, one window of candidates per statement
+    (sized by `_next_window`)."""
     window = 0
     while walk.phase is not Phase.DONE and not walk.full():
         want = walk.limit - walk.entries
-        window = min(walk.budget, max(window * 2, want + want // 4 + 16))
+        window = _next_window(window, want=want, budget=walk.budget)
         statement = window_sql(
             walk.phase,
             with_cursor=walk.cursor_key is not None,
@@ -583,10 +669,10 @@ def _walk(walk: _Walk, params: dict[str, Any]) -> Generator[Statement, Rows, Non
             "cursor_key": walk.cursor_key,
         }
         rows = yield statement, step
-        trailer = rows.pop() if rows and rows[-1][0] == 1 else None
-        scanned = 0 if trailer is None else int(trailer[7])
+        trailer = split_trailer(rows, WindowTrailer)
+        scanned = 0 if trailer is None else int(trailer.scanned)
         walk.budget -= scanned
-        for _kind, at, _pos, key, artifact, raw, reason, _n in rows:
+        for _is_trailer, at, _pos, key, artifact, raw, reason, _scanned in rows:
             if raw is not None and walk.events and walk.size + len(raw) > PAGE_BYTES:
                 # This one waits for the next page: its position stays unconsumed.
                 walk.size = PAGE_BYTES
@@ -608,7 +694,7 @@ def _walk(walk: _Walk, params: dict[str, Any]) -> Generator[Statement, Rows, Non
             walk.next_phase()
         else:
             assert trailer is not None
-            walk.cursor_at, walk.cursor_key = trailer[1], trailer[3]
+            walk.cursor_at, walk.cursor_key = trailer.at, trailer.key
 
 
 def _types_within(allowed: list[str] | None, wanted: tuple[str, ...] | None) -> list[str] | None:

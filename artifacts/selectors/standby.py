@@ -38,12 +38,12 @@ from django.db import DatabaseError, connections
 from django.db.backends.utils import CursorWrapper
 
 from artifacts.selectors.budget import read_transaction
+from relaycore.db import PRIMARY
 
-__all__ = ["PRIMARY", "REPLICA", "primary_position", "standby_read"]
+__all__ = ["REPLICA", "primary_position", "standby_read"]
 
 logger = logging.getLogger(__name__)
 
-PRIMARY = "default"
 REPLICA = "replica"
 # A standby that failed is not asked again for this long.
 SKIP_FAILED_SECONDS = 5.0

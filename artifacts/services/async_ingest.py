@@ -41,6 +41,7 @@ from artifacts.services.transactions import WriteContext, announce_commit, budge
 from artifacts.services.write_steps import Batch, Rows, Statement, WriteSteps
 from nostr.events import Event
 from nostr.kinds import KIND_ARTIFACT
+from relaycore.steps import drive_async
 
 __all__ = ["Write", "apply_batch_async", "apply_event_async"]
 
@@ -67,14 +68,14 @@ async def apply_event_async(
     ctx = WriteContext(community_id=community_id, started=time.monotonic())
     steps = STEPS_HANDLERS[event.kind](ctx=ctx, event=event, now=now)
     try:
-        await _drive(conn, steps, ctx)
+        await _apply_steps(conn, steps, ctx)
     except (WriteRefused, psycopg.Error) as exc:
-        await _roll_back(conn)
+        await _roll_back_unless_broken(conn)
         if isinstance(exc, WriteRefused):
             return refusal(event.id, exc)
         return database_failure(event.id, exc)
     except Exception:
-        await _roll_back(conn)
+        await _roll_back_unless_broken(conn)
         raise
     try:
         flush_due = announce_commit(ctx)
@@ -88,19 +89,24 @@ async def apply_event_async(
     return IngestResult(event.id, True, "")
 
 
-async def _drive(conn: psycopg.AsyncConnection[Any], steps: WriteSteps, ctx: WriteContext) -> None:
-    batch = next(steps)  # what needs no database (the envelope) is refused before BEGIN
-    # Restarted just before BEGIN is sent (`write_transaction`'s starts just after it): every
-    # stamp is taken later, so either bounds the stamp-to-commit lag from above.
-    ctx.started = time.monotonic()
-    begun = await _pipeline(conn, (_BEGIN, budget_statement(), *batch))
-    rows = begun[2:]
-    try:
-        while True:
-            batch = steps.send(rows)
-            rows = await _pipeline(conn, batch)
-    except StopIteration as done:
-        finishing: Batch = done.value
+async def _apply_steps(
+    conn: psycopg.AsyncConnection[Any], steps: WriteSteps, ctx: WriteContext
+) -> None:
+    begun = False
+
+    async def run(batch: Batch) -> list[Rows]:
+        # The first batch goes with BEGIN, so what needs no database (the envelope) is refused
+        # before BEGIN is sent.
+        nonlocal begun
+        if begun:
+            return await _pipeline(conn, batch)
+        begun = True
+        # Restarted just before BEGIN is sent (`write_transaction`'s starts just after it):
+        # every stamp is taken later, so either bounds the stamp-to-commit lag from above.
+        ctx.started = time.monotonic()
+        return (await _pipeline(conn, (_BEGIN, budget_statement(), *batch)))[2:]
+
+    finishing = await drive_async(steps, run)
     await _pipeline(conn, (*finishing, _COMMIT))
 
 
@@ -123,7 +129,7 @@ async def _pipeline(conn: psycopg.AsyncConnection[Any], batch: Batch) -> list[Ro
     ]
 
 
-async def _roll_back(conn: psycopg.AsyncConnection[Any]) -> None:
+async def _roll_back_unless_broken(conn: psycopg.AsyncConnection[Any]) -> None:
     """End the failed or refused transaction (nothing to do when none began or the connection
     broke: the pool replaces a broken one), keeping the session as the pool configured it."""
     if not conn.closed:
@@ -167,7 +173,7 @@ async def apply_batch_async(
     try:
         results, committed = await _drive_batch(conn, writes)
     except Exception as exc:
-        await _roll_back(conn)
+        await _roll_back_unless_broken(conn)
         if not isinstance(exc, psycopg.Error):
             logger.exception("a batch of %d writes failed; applying them one at a time",
                              len(writes))

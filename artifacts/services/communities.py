@@ -18,7 +18,7 @@ from artifacts.models import INFO_FIELDS, Community
 from artifacts.services.errors import Invalid
 from artifacts.services.tags import pubkey_value
 from artifacts.services.transactions import bump_listing, lock_community, write_transaction
-from buzzrelay.config import info_value_problem
+from relaycore.config import info_value_problem
 
 
 class _Keep:

@@ -20,7 +20,6 @@ import psycopg
 from django.conf import settings
 from django.db import DatabaseError, OperationalError
 
-from artifacts.db import is_statement_timeout
 from artifacts.models import Community
 from artifacts.services.artifact_revisions import artifact_revision_steps
 from artifacts.services.channels import (
@@ -54,6 +53,7 @@ from nostr.kinds import (
     KIND_REMOVAL_MARKER,
     KIND_REMOVE_MEMBER,
 )
+from relaycore.db import is_statement_timeout
 
 logger = logging.getLogger(__name__)
 

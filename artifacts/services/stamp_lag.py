@@ -7,7 +7,7 @@ taken later) to the end of its commit: an upper bound of its stamp-to-commit lag
 with the monotonic clock and without another round trip to the database.
 
 Samples are buffered in the process and written to `writer_lag_samples` at most every
-FLUSH_SECONDS, by the first write that commits after the interval (one multi-row INSERT), so
+SAMPLE_FLUSH_SECONDS, by the first write that commits after the interval (one multi-row INSERT), so
 a write pays nothing in between. A flush keeps every sample of a quiet interval; of a busy one
 it keeps the interval's largest lag (so the maximum stays exact) plus a uniform random sample,
 which keeps the table small at a thousand writes per second while p99 stays representative.
@@ -28,7 +28,7 @@ from prometheus_client import Histogram
 
 logger = logging.getLogger(__name__)
 
-FLUSH_SECONDS = 5.0
+SAMPLE_FLUSH_SECONDS = 5.0
 MAX_SAMPLES_PER_FLUSH = 200
 RETENTION = "2 hours"
 
@@ -38,7 +38,7 @@ _last_flush = time.monotonic()
 _last_prune = 0.0
 
 
-# For Prometheus (/metrics, relayinfo.metrics): every write's lag, not only the kept samples.
+# For Prometheus (/metrics, relaycore.metrics): every write's lag, not only the kept samples.
 STAMP_TO_COMMIT_LAG = Histogram(
     "buzz_stamp_to_commit_lag_seconds",
     "Write transactions from just after BEGIN (before any stamp) to the end of COMMIT",
@@ -60,7 +60,7 @@ def note_lag(lag_ms: float) -> bool:
     now = time.monotonic()
     with _lock:
         _pending.append(lag_ms)
-        if now - _last_flush < FLUSH_SECONDS:
+        if now - _last_flush < SAMPLE_FLUSH_SECONDS:
             return False
         _last_flush = now
     return True

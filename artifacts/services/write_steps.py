@@ -16,18 +16,17 @@ prepared statements are off for the connection (behind a transaction pooler).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator
 from typing import Any
 
 import psycopg
 from django.db import connection
 
+from relaycore.steps import Rows, Statement, drive
+
 __all__ = ["Batch", "Rows", "Statement", "WriteSteps", "run_write_steps"]
 
-Params = Sequence[Any] | Mapping[str, Any]
-Statement = tuple[str, Params]
 Batch = tuple[Statement, ...]
-Rows = list[tuple[Any, ...]]
 # Yields batches, receives their rows (one list per statement), returns the finishing batch.
 type WriteSteps = Generator[Batch, list[Rows], Batch]
 
@@ -37,12 +36,7 @@ def run_write_steps(steps: WriteSteps) -> None:
     db = connection
     db.ensure_connection()
     with db.wrap_database_errors, psycopg.Cursor(db.connection) as cursor:
-        try:
-            batch = next(steps)
-            while True:
-                batch = steps.send([_run(cursor, statement) for statement in batch])
-        except StopIteration as done:
-            finishing: Batch = done.value
+        finishing = drive(steps, lambda batch: [_run(cursor, statement) for statement in batch])
         for statement in finishing:
             _run(cursor, statement)
 

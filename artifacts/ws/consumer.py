@@ -31,7 +31,6 @@ from artifacts.selectors.replay import ChannelState, ReplayRow, replay_events
 from artifacts.selectors.standby import primary_position
 from artifacts.signals import MEMBER
 from artifacts.ws import shutdown
-from artifacts.ws.dbcall import run_db
 from artifacts.ws.filters import Filter, LiveEvent
 from artifacts.ws.hints import changed_notice, concerns
 from artifacts.ws.hub import SyncHub, get_hub
@@ -56,9 +55,10 @@ from artifacts.ws.messages import (
 from artifacts.ws.outbox import Outbox
 from artifacts.ws.publish import LiveChange
 from artifacts.ws.scope import client_address, public_host, public_relay_url
-from buzzrelay.ratelimit import address_wait, pubkey_wait
 from nostr.nip42 import Nip42Error, verify_auth_event
-from relayinfo.metrics import HUB_DROPS_SLOW_CLIENT, WEBSOCKET_SUBSCRIPTIONS
+from relaycore.dbthreads import run_db
+from relaycore.metrics import HUB_DROPS_SLOW_CLIENT, WEBSOCKET_SUBSCRIPTIONS
+from relaycore.ratelimit import address_wait, pubkey_wait
 
 __all__ = ["SyncConsumer", "sync_limits"]
 

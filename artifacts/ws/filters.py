@@ -18,19 +18,19 @@ from nostr.jsonstrict import is_int
 from nostr.kinds import HINT_KINDS, KIND_ARTIFACT, KIND_REDACTION, KIND_REMOVAL_MARKER
 
 __all__ = [
-    "SYNC_KINDS",
+    "SYNC_KIND_SET",
     "Filter",
     "FilterError",
     "LiveEvent",
-    "parse_filter",
+    "parse_req_filter",
 ]
 
 # As a set, for matching; the kinds themselves are nostr.kinds'. SYNC_KINDS are replayed and
 # streamed (and what a filter without `kinds` means); a filter may also name the live-only
 # kinds, streamed but never replayed (PROTOCOL.md section 8): redactions, and the events that
 # change the subscriber's own access.
-SYNC_KINDS = frozenset(kinds.SYNC_KINDS)
-SERVED_KINDS = SYNC_KINDS | frozenset(kinds.LIVE_ONLY_KINDS)
+SYNC_KIND_SET = frozenset(kinds.SYNC_KINDS)
+SERVED_KINDS = SYNC_KIND_SET | frozenset(kinds.LIVE_ONLY_KINDS)
 # Values per list, as POST /query allows (PROTOCOL.md section 5).
 MAX_FILTER_VALUES = 256
 _KEYS = frozenset({"ids", "authors", "kinds", "#h", "#d", "since", "until", "limit"})
@@ -68,7 +68,7 @@ class Filter:
 
     ids: frozenset[str] | None = None
     authors: frozenset[str] | None = None
-    kinds: frozenset[int] = SYNC_KINDS
+    kinds: frozenset[int] = SYNC_KIND_SET
     channels: frozenset[str] | None = None  # #h
     artifacts: frozenset[str] | None = None  # #d
     since: int | None = None
@@ -92,14 +92,14 @@ class Filter:
         return self.channels is None or channel_id in self.channels
 
 
-def parse_filter(value: object, *, max_limit: int) -> Filter:
+def parse_req_filter(value: object, *, max_limit: int) -> Filter:
     """A filter object from a REQ; raises `FilterError` with the NIP-01 prefix to answer."""
     if not isinstance(value, Mapping):
         raise FilterError("invalid", "each filter must be a JSON object")
     for key in value:
         if key not in _KEYS:
             raise FilterError("invalid", f"unsupported filter key {_printable(key)}")
-    kinds = SYNC_KINDS
+    kinds = SYNC_KIND_SET
     if "kinds" in value:
         listed = _int_list(value["kinds"], "kinds")
         unsupported = listed - SERVED_KINDS

@@ -21,7 +21,7 @@ HTTP round), which empties the backlog quickly and bounds both memory and delive
 Every readability change made through the write services (member and channel events, and
 operators' edits, which store no event) arrives as an access message (`access_changed`). A
 change made around the services (SQL by hand) is still noticed by a poll of the community's
-listing version, policy and membership marks every `POLL_SECONDS`.
+listing version, policy and membership marks every `MARKS_POLL_SECONDS`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from artifacts.selectors.replay import (
     channel_states,
     community_policy,
 )
-from artifacts.ws.dbcall import run_db
 from artifacts.ws.filters import LiveEvent
 from artifacts.ws.publish import (
     EVERY_CHANNEL,
@@ -52,7 +51,8 @@ from artifacts.ws.publish import (
 )
 from artifacts.ws.sequence import SequenceTracker
 from nostr.kinds import KIND_REDACTION
-from relayinfo.metrics import HUB_DROPS_LOST, HUB_DROPS_STALE
+from relaycore.dbthreads import run_db
+from relaycore.metrics import HUB_DROPS_LOST, HUB_DROPS_STALE
 
 __all__ = ["AccessCache", "HubClient", "SyncHub", "get_hub"]
 
@@ -62,7 +62,7 @@ SEQUENCE_GRACE_SECONDS = 1.0
 # Live events published longer ago than this are reported lost instead of delivered (overload).
 MAX_LAG_SECONDS = 5.0
 ACCESS_TTL_SECONDS = 30.0
-POLL_SECONDS = 2.0
+MARKS_POLL_SECONDS = 2.0
 # InMemoryChannelLayer forgets group members after a day: re-join well before.
 REJOIN_SECONDS = 3600.0
 
@@ -302,7 +302,7 @@ class SyncHub:
     async def _poll_forever(self) -> None:
         """Backstop for access changes that were not announced (see the module docstring)."""
         while True:
-            await asyncio.sleep(POLL_SECONDS)
+            await asyncio.sleep(MARKS_POLL_SECONDS)
             communities = list(self._clients)
             if not communities:
                 continue

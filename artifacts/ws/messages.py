@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from artifacts.ws.filters import Filter, FilterError, parse_filter
+from artifacts.ws.filters import Filter, FilterError, parse_req_filter
 from nostr.events import is_lower_hex
 from nostr.jsonstrict import StrictJSONError, loads_strict
 
@@ -129,9 +129,9 @@ def parse_client_message(text: str, limits: SyncLimits) -> ClientMessage:
     try:
         message = loads_strict(text)
     except StrictJSONError as exc:
-        raise _notice(f"invalid: message is not valid JSON ({exc})") from None
+        raise _refused(f"invalid: message is not valid JSON ({exc})") from None
     if not isinstance(message, list) or not message or not isinstance(message[0], str):
-        raise _notice("invalid: a message must be a JSON array whose first element is a verb")
+        raise _refused("invalid: a message must be a JSON array whose first element is a verb")
     verb = message[0]
     if verb == "EVENT":
         return _event(text, message)
@@ -139,15 +139,15 @@ def parse_client_message(text: str, limits: SyncLimits) -> ClientMessage:
         return _req(message, limits)
     if verb == "CLOSE":
         if len(message) != 2 or not isinstance(message[1], str):
-            raise _notice('invalid: CLOSE must be ["CLOSE", <subscription id>]')
+            raise _refused('invalid: CLOSE must be ["CLOSE", <subscription id>]')
         return CloseMessage(sub_id=message[1])
     if verb == "AUTH":
         return _auth(message)
     shown = repr(verb) if len(verb) <= 16 and verb.isprintable() else "(unprintable)"
-    raise _notice(f"invalid: unknown message type {shown}")
+    raise _refused(f"invalid: unknown message type {shown}")
 
 
-def _notice(message: str) -> RefusedMessage:
+def _refused(message: str) -> RefusedMessage:
     return RefusedMessage(NoticeAnswer(message))
 
 
@@ -162,11 +162,11 @@ def _event_id_of(obj: object) -> str | None:
 
 def _event(text: str, message: list[Any]) -> EventMessage:
     if len(message) != 2 or not isinstance(message[1], dict):
-        raise _notice('invalid: EVENT must be ["EVENT", <event object>]')
+        raise _refused('invalid: EVENT must be ["EVENT", <event object>]')
     event_id = _event_id_of(message[1])
     if event_id is None:
         # Without a well-formed id there is nothing an OK could name.
-        raise _notice("invalid: event id must be 64 lowercase hex characters")
+        raise _refused("invalid: event id must be 64 lowercase hex characters")
     return EventMessage(event=message[1], raw=_event_text(text), event_id=event_id)
 
 
@@ -184,7 +184,7 @@ def _event_text(text: str) -> str:
 
 def _req(message: list[Any], limits: SyncLimits) -> ReqMessage:
     if len(message) < 2 or not isinstance(message[1], str):
-        raise _notice('invalid: REQ must be ["REQ", <subscription id>, <filter>, ...]')
+        raise _refused('invalid: REQ must be ["REQ", <subscription id>, <filter>, ...]')
     sub_id: str = message[1]
     if not sub_id or len(sub_id) > limits.max_subid_length:
         raise RefusedMessage(
@@ -201,7 +201,7 @@ def _req(message: list[Any], limits: SyncLimits) -> ReqMessage:
             ClosedAnswer(sub_id, f"invalid: too many filters (max {limits.max_filters})")
         )
     try:
-        filters = tuple(parse_filter(f, max_limit=limits.max_limit) for f in raw_filters)
+        filters = tuple(parse_req_filter(f, max_limit=limits.max_limit) for f in raw_filters)
     except FilterError as exc:
         raise RefusedMessage(ClosedAnswer(sub_id, exc.message())) from None
     return ReqMessage(sub_id=sub_id, filters=filters)
@@ -209,10 +209,10 @@ def _req(message: list[Any], limits: SyncLimits) -> ReqMessage:
 
 def _auth(message: list[Any]) -> AuthMessage:
     if len(message) != 2 or not isinstance(message[1], dict):
-        raise _notice('invalid: AUTH must be ["AUTH", <signed event>]')
+        raise _refused('invalid: AUTH must be ["AUTH", <signed event>]')
     event_id = _event_id_of(message[1])
     if event_id is None:
-        raise _notice("invalid: auth event id must be 64 lowercase hex characters")
+        raise _refused("invalid: auth event id must be 64 lowercase hex characters")
     return AuthMessage(event=message[1], event_id=event_id)
 
 

@@ -13,7 +13,7 @@ Two kinds of frames share one FIFO, so a client sees them in the order the relay
 A REQ's replay is not queued at once: `below` lets the replay wait until the client has read
 the previous page (artifacts.ws.consumer), so a replay of any size holds at most a page beyond
 that mark. A client that reads nothing at all is dropped by the server (the stall limit of
-buzzrelay.connection_limits), which closes the outbox and wakes the replay.
+relaycore.connection_limits), which closes the outbox and wakes the replay.
 
 Sending is eager: when nothing is queued, `put_*` starts the drain as an eager task, which runs
 synchronously until the server's send would wait (its socket buffer is full). For a client that
@@ -29,19 +29,19 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from artifacts.ws.messages import notice
-from relayinfo.metrics import HUB_DROPS_SLOW_CLIENT
+from relaycore.metrics import HUB_DROPS_SLOW_CLIENT
 
 __all__ = ["Outbox"]
 
 logger = logging.getLogger(__name__)
 
-Send = Callable[[str], Awaitable[None]]
+SendFrame = Callable[[str], Awaitable[None]]
 
 NOTICE_INTERVAL = 2.0
 
 
 class Outbox:
-    def __init__(self, send: Send, *, max_live: int, max_bytes: int) -> None:
+    def __init__(self, send: SendFrame, *, max_live: int, max_bytes: int) -> None:
         self.send = send
         self.max_live = max_live
         self.max_bytes = max_bytes

@@ -189,7 +189,7 @@ def _event_from_layer(entry: dict[str, Any]) -> LiveEvent:
 
 class FanOutUnavailable(Exception):
     """Redis is configured but down (or was within the last seconds): nothing can be published
-    to the other instances. (Not `buzzrelay.ratelimit.RedisUnavailable`, which tells an async
+    to the other instances. (Not `relaycore.redis_clients.RedisUnavailable`, which tells an async
     caller to take the synchronous path and its fallbacks.)"""
 
 
@@ -201,7 +201,7 @@ def _redis() -> Any | None:
     """
     if not settings.CONFIG.redis_url:
         return None
-    from buzzrelay.ratelimit import redis_client
+    from relaycore.redis_clients import redis_client
 
     client = redis_client()
     if client is None:
@@ -213,7 +213,7 @@ async def next_sequence(group: str) -> int:
     """The group's next sequence number: Redis INCR (fleet-wide), on the publishing loop's
     client, or a process counter without Redis."""
     if settings.CONFIG.redis_url:
-        from buzzrelay.ratelimit import RedisUnavailable, async_redis_client, mark_redis_down
+        from relaycore.redis_clients import RedisUnavailable, async_redis_client, mark_redis_down
 
         try:
             client = async_redis_client()

@@ -1,6 +1,6 @@
 """The WebSocket handshake's client address, public host and relay URL.
 
-The rules are buzzrelay.addressing's, the same HTTP requests follow, read from the ASGI scope.
+The rules are relaycore.addressing's, the same HTTP requests follow, read from the ASGI scope.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 from django.conf import settings
 
-from buzzrelay import addressing
-from buzzrelay.addressing import RequestAddress
+from relaycore import addressing
+from relaycore.addressing import RequestAddress
 
 __all__ = ["client_address", "public_host", "public_relay_url"]
 

@@ -48,7 +48,7 @@ _connections: weakref.WeakSet[Any] = weakref.WeakSet()
 # answers those 500, so the drain waits for them to be accepted or refused first.
 _handshakes: weakref.WeakSet[Any] = weakref.WeakSet()
 _installed_for: asyncio.AbstractEventLoop | None = None
-_draining = False
+_drain_started = False
 
 
 def register(connection: Drainable) -> None:
@@ -67,7 +67,7 @@ def handshake_done(connection: object) -> None:
 
 def draining() -> bool:
     """The process was told to stop and is closing its connections: new ones go elsewhere."""
-    return _draining
+    return _drain_started
 
 
 def unregister(connection: Drainable) -> None:
@@ -93,11 +93,11 @@ def _install(loop: asyncio.AbstractEventLoop) -> None:
 def _on_signal(
     loop: asyncio.AbstractEventLoop, previous: Any, signum: int, frame: FrameType | None
 ) -> None:
-    global _draining
-    if _draining or loop.is_closed() or not (_connections or _handshakes):
+    global _drain_started
+    if _drain_started or loop.is_closed() or not (_connections or _handshakes):
         _chain(previous, signum, frame)
         return
-    _draining = True
+    _drain_started = True
     loop.call_soon_threadsafe(
         lambda: loop.create_task(_drain_then_chain(previous, signum, frame))
     )

@@ -6,10 +6,14 @@
  * when the relay is back; a write that lost a race is shown with the task as it is now.
  */
 
-import { BuzzClient, type ArtifactRow, BuzzError, IndexedDbStore, type Published, npubOf } from "../src/index.js";
+import { BuzzClient, type ArtifactRow, BuzzError, IndexedDbStore, type Published, npubOf, useWasmVerifier } from "../src/index.js";
 
 const TYPE = "buzz.task";
-const COLUMN_PAGE = 100; // tasks a column shows before "Show more"
+// Tasks a column shows at first (about a screenful), then per "Show more" (also pressed for the
+// person when the button scrolls into view): 10,000 tasks are never all in the document.
+const COLUMN_FIRST = 30;
+const COLUMN_PAGE = 200;
+const FIRST_SCREEN = 200; // the newest tasks painted before the whole collection is read
 const $ = <T extends HTMLElement>(id: string): T => document.getElementById(id) as T;
 const short = (id: string): string => id.slice(0, 8);
 
@@ -32,12 +36,13 @@ async function main(): Promise<void> {
   // Marks for bench/buzz_sync_js.py (first paint) and for anyone profiling the page.
   performance.mark("buzz-app:start");
   const store = await IndexedDbStore.open("buzz-app");
+  // Signatures are checked with libsecp256k1 in WebAssembly (nostr-wasm, ~6x cheaper than
+  // pure JS): a chunk of its own, loaded beside the first paint, not before it. /app/'s CSP
+  // allows 'wasm-unsafe-eval' for it; where WebAssembly is refused, noble checks instead.
+  void useWasmVerifier().then((wasm) => (document.body.dataset.verifier = wasm ? "wasm" : "noble"));
   const client = await BuzzClient.open({
     relay: location.origin,
     store,
-    // The WebSocket-assembly verifier is left out of the page's bundle (300 KB of script to
-    // parse on every load, for a faster first sync only): noble verifies here.
-    wasmVerifier: false,
     warn: (message) => {
       const warning = $("warning");
       warning.textContent = message;
@@ -49,7 +54,7 @@ async function main(): Promise<void> {
   const names: Record<string, string> = JSON.parse((await store.getMeta("channel-names")) ?? "{}");
   const shown = new Set<string>(JSON.parse((await store.getMeta("channels-shown")) ?? "[]") as string[]);
   let tasks: ArtifactRow[] = [];
-  const expanded = new Set<string>(); // columns showing every task, not only the newest
+  const showing = new Map<string, number>(); // tasks shown per column, past the first screenful
 
   const channelName = (h: string): string => names[h] ?? `channel ${short(h)}`;
   const channels = (): string[] => {
@@ -132,7 +137,15 @@ async function main(): Promise<void> {
     return li;
   }
 
-  function render(): void {
+  /** `whole`: `tasks` is every task (else the first screenful: no "Show more" counts yet). */
+  function render(whole = true): void {
+    const byChannel = new Map<string, ArtifactRow[]>();
+    for (const row of tasks) {
+      const list = byChannel.get(row.channel);
+      if (list) list.push(row);
+      else byChannel.set(row.channel, [row]);
+    }
+    nearEnd.disconnect(); // the buttons being replaced
     const all = channels();
     const select = $<HTMLSelectElement>("new-channel");
     const chosen = select.value;
@@ -145,30 +158,46 @@ async function main(): Promise<void> {
       heading.textContent = channelName(h);
       heading.title = h;
       const list = document.createElement("ul");
-      const mine = tasks.filter((row) => row.channel === h);
-      const limit = expanded.has(h) ? mine.length : COLUMN_PAGE;
+      const mine = byChannel.get(h) ?? [];
+      const limit = showing.get(h) ?? COLUMN_FIRST;
       list.append(...mine.slice(0, limit).map((row) => taskItem(parseTask(row), all)));
       column.append(heading, list);
-      if (mine.length > limit) {
+      if (whole && mine.length > limit) {
         const more = document.createElement("button");
         more.className = "more";
-        more.textContent = `Show ${mine.length - limit} more`;
+        more.textContent = `Show ${Math.min(COLUMN_PAGE, mine.length - limit)} more (${mine.length - limit} not shown)`;
         more.addEventListener("click", () => {
-          expanded.add(h);
-          render();
+          showing.set(h, limit + COLUMN_PAGE);
+          render(whole);
         });
+        nearEnd.observe(more);
         column.append(more);
       }
       return column;
     });
     $("board").replaceChildren(...columns);
   }
+  // A column's "Show more" scrolled into view shows the next tasks by itself.
+  const nearEnd = new IntersectionObserver((entries) => {
+    for (const entry of entries) {
+      if (entry.isIntersecting) (entry.target as HTMLButtonElement).click();
+    }
+  }, { rootMargin: "200px" });
 
   performance.mark("buzz-app:opened");
+  // First paint: the newest tasks, read from a cursor over the store's modification index that
+  // stops at a screenful; then the whole collection (column counts, live changes) replaces it.
+  let whole = false;
+  tasks = await client.query({ type: TYPE, orderBy: "modified", limit: FIRST_SCREEN });
+  if (tasks.length) {
+    render(whole);
+    performance.mark("buzz-app:first-paint");
+  }
   client.subscribe({ type: TYPE, orderBy: "modified" }, (update) => {
     performance.mark("buzz-app:rows");
     tasks = update.rows;
-    render();
+    whole = true;
+    render(whole);
     performance.mark("buzz-app:rendered");
     document.body.dataset.tasks = String(tasks.length);
   });
@@ -210,7 +239,7 @@ async function main(): Promise<void> {
         shown.add(h);
         await store.setMeta("channel-names", JSON.stringify(names));
         await store.setMeta("channels-shown", JSON.stringify([...shown]));
-        render();
+        render(whole);
       }
     })();
   });
@@ -218,7 +247,7 @@ async function main(): Promise<void> {
     event.preventDefault();
     const h = $<HTMLInputElement>("channel-id").value.trim().toLowerCase();
     shown.add(h);
-    void store.setMeta("channels-shown", JSON.stringify([...shown])).then(render);
+    void store.setMeta("channels-shown", JSON.stringify([...shown])).then(() => render(whole));
   });
 
   await renderPending();

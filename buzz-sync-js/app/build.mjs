@@ -5,8 +5,8 @@
 //   node app/build.mjs --library  the package as one browser ES module, dist/buzz-sync.browser.js
 //                                 (for a page without a bundler; part of `npm run build`)
 import { build } from "esbuild";
-import { readFileSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -28,11 +28,18 @@ const result = await build({
   target: ["es2022", "chrome109", "firefox115", "safari16"],
   minify: true,
   legalComments: "none",
-  external: ["nostr-wasm"], // never imported: the page passes wasmVerifier: false
+  // nostr-wasm (libsecp256k1 as WebAssembly, ~290 KB) is imported dynamically: a chunk of its
+  // own, named by its content, fetched while the page paints rather than parsed before it.
+  splitting: true,
+  outdir: out,
+  entryNames: "[name]",
+  chunkNames: "chunk-[hash]",
   write: false,
   logLevel: "warning",
 });
-const files = { "board.js": result.outputFiles[0].text, "board.css": readFileSync(join(here, "board.css"), "utf8") };
+const files = Object.fromEntries(result.outputFiles.map((file) => [basename(file.path), file.text]));
+files["board.css"] = readFileSync(join(here, "board.css"), "utf8");
+const built = (name) => name === "board.js" || /^chunk-[A-Z0-9]+\.js$/.test(name);
 if (process.argv.includes("--check")) {
   const stale = Object.entries(files).filter(([name, text]) => {
     try {
@@ -41,12 +48,14 @@ if (process.argv.includes("--check")) {
       return true;
     }
   });
+  for (const name of readdirSync(out)) if (built(name) && !(name in files)) stale.push([name, ""]);
   if (stale.length) {
     console.error(`stale: ${stale.map(([n]) => n).join(", ")}; run: cd buzz-sync-js && npm run build:app`);
     process.exit(1);
   }
   console.log("buzzrelay/static/buzz-app matches buzz-sync-js/app");
 } else {
+  for (const name of readdirSync(out)) if (built(name) && !(name in files)) rmSync(join(out, name));
   for (const [name, text] of Object.entries(files)) writeFileSync(join(out, name), text);
   console.log(`wrote ${Object.keys(files).join(", ")} (${files["board.js"].length} bytes of script)`);
 }

@@ -9,9 +9,14 @@
 import type { AppliedPage, CollectionState, LiveChanges, OutboxEntry, PagePlan, Slot, Store } from "./store.js";
 import { applyEntries, checkVersion, emptyState, noChanges, stateAfter, swapChanges } from "./store.js";
 import type { ArtifactRow, CollectionQuery, NostrEvent } from "./types.js";
-import { rowOf, runQuery } from "./types.js";
+import { matches, rowOf, runQuery } from "./types.js";
 
-const VERSION = 1;
+/** 1: rows held the whole event object. 2: rows are flat (the fields queries and the board
+ * read) with the event as JSON text, parsed only when `row.event` is read: reading 10,000 rows
+ * then deserializes 10,000 flat records, not 10,000 events with their tag arrays; and a
+ * `modified` index serves "newest first" with a limit from a cursor. Version 1 rows are still
+ * read (their `event` is an object); rows written from version 2 on are flat. */
+const VERSION = 2;
 
 interface StoredRow {
   key: string;
@@ -20,7 +25,36 @@ interface StoredRow {
   eventId: string;
   channel: string;
   createdAt: number;
-  event: NostrEvent;
+  kind?: number;
+  type?: string | null;
+  op?: string | null;
+  title?: string | null;
+  content?: string;
+  author?: string;
+  /** JSON text (version 2) or the event itself (version 1 rows). */
+  event: string | NostrEvent;
+}
+
+function storedOf(key: string, slot: Slot, row: ArtifactRow): StoredRow {
+  return {
+    key, slot, d: row.d, eventId: row.eventId, channel: row.channel, createdAt: row.createdAt, kind: row.kind, type: row.type,
+    op: row.op, title: row.title, content: row.content, author: row.author, event: JSON.stringify(row.event),
+  };
+}
+
+/** The row as queries return it; a version 2 row's event is parsed on first use. */
+export function rowOfStored(stored: StoredRow): ArtifactRow {
+  if (typeof stored.event !== "string") return rowOf(stored.event);
+  const json = stored.event;
+  let event: NostrEvent | undefined;
+  return {
+    d: stored.d, eventId: stored.eventId, kind: stored.kind ?? 0, channel: stored.channel, type: stored.type ?? null, op: stored.op ?? null,
+    title: stored.title ?? null, content: stored.content ?? "", author: stored.author ?? "", createdAt: stored.createdAt,
+    get event(): NostrEvent {
+      event ??= JSON.parse(json) as NostrEvent;
+      return event;
+    },
+  };
 }
 
 function request<T>(req: IDBRequest<T>): Promise<T> {
@@ -52,13 +86,16 @@ export class IndexedDbStore implements Store {
    * `indexedDB` and `IDBKeyRange` (a test passes fake-indexeddb's). */
   static async open(name = "buzz-sync", factory: IDBFactory = globalThis.indexedDB, keyRange: typeof IDBKeyRange = globalThis.IDBKeyRange): Promise<IndexedDbStore> {
     const req = factory.open(name, VERSION);
-    req.onupgradeneeded = () => {
+    req.onupgradeneeded = (event) => {
       const db = req.result;
-      db.createObjectStore("collections", { keyPath: "key" });
-      const artifacts = db.createObjectStore("artifacts", { keyPath: ["key", "slot", "d"] });
-      artifacts.createIndex("channel", ["key", "slot", "channel"]);
-      db.createObjectStore("outbox", { keyPath: "id", autoIncrement: true }).createIndex("key", "key");
-      db.createObjectStore("meta", { keyPath: "name" });
+      if (event.oldVersion < 1) {
+        db.createObjectStore("collections", { keyPath: "key" });
+        const artifacts = db.createObjectStore("artifacts", { keyPath: ["key", "slot", "d"] });
+        artifacts.createIndex("channel", ["key", "slot", "channel"]);
+        db.createObjectStore("outbox", { keyPath: "id", autoIncrement: true }).createIndex("key", "key");
+        db.createObjectStore("meta", { keyPath: "name" });
+      }
+      if (event.oldVersion < 2) req.transaction!.objectStore("artifacts").createIndex("modified", ["key", "slot", "createdAt"]);
     };
     return new IndexedDbStore(await request(req), keyRange);
   }
@@ -126,7 +163,7 @@ export class IndexedDbStore implements Store {
           headOf: (d) => heads.get(d),
           put: (row) => {
             heads.set(row.d, row.eventId);
-            artifacts.put({ key, slot, d: row.d, eventId: row.eventId, channel: row.channel, createdAt: row.createdAt, event: row.event } satisfies StoredRow);
+            artifacts.put(storedOf(key, slot, row));
           },
         },
         page,
@@ -168,13 +205,18 @@ export class IndexedDbStore implements Store {
     const tx = this.db.transaction(["collections", "artifacts"], "readonly");
     const state = await this.readState(tx.objectStore("collections"), key);
     const row = (await request(tx.objectStore("artifacts").get([key, state.liveSlot, d]))) as StoredRow | undefined;
-    return row ? rowOf(row.event) : undefined;
+    return row ? rowOfStored(row) : undefined;
   }
 
   async query(key: string, query: CollectionQuery): Promise<ArtifactRow[]> {
     const tx = this.db.transaction(["collections", "artifacts"], "readonly");
     const state = await this.readState(tx.objectStore("collections"), key);
     const artifacts = tx.objectStore("artifacts");
+    // Newest first with a limit: a cursor over the modification index. With a channel, that
+    // channel's rows are fewer than a cursor might walk past to find them: its index instead.
+    if (query.limit !== undefined && query.orderBy !== "title" && query.channel === undefined) {
+      return this.newest(artifacts, key, state.liveSlot, query);
+    }
     let stored: StoredRow[];
     if (query.channel !== undefined) {
       const channels = typeof query.channel === "string" ? [query.channel] : [...query.channel];
@@ -183,7 +225,33 @@ export class IndexedDbStore implements Store {
     } else {
       stored = (await request(artifacts.getAll(this.slotRange(key, state.liveSlot)))) as StoredRow[];
     }
-    return runQuery(stored.map((row) => rowOf(row.event)), query);
+    return runQuery(stored.map(rowOfStored), query);
+  }
+
+  /** The newest `limit` matching rows from a cursor over the `modified` index (newest first),
+   * stopping once it has them: a first screenful costs that screenful, not the collection. Rows
+   * modified in the same second as the last one taken are read too, so that ties are ordered by
+   * `d` exactly as `compareRows` orders them. */
+  private newest(artifacts: IDBObjectStore, key: string, slot: Slot, query: CollectionQuery): Promise<ArtifactRow[]> {
+    const limit = Math.max(0, Math.floor(query.limit ?? 0));
+    const range = this.keyRange.bound([key, slot, -Infinity], [key, slot, Infinity]);
+    const found: ArtifactRow[] = [];
+    return new Promise((resolve, reject) => {
+      if (limit === 0) return resolve([]);
+      const cursor = artifacts.index("modified").openCursor(range, "prev");
+      cursor.onerror = () => reject(cursor.error);
+      cursor.onsuccess = () => {
+        const at = cursor.result;
+        const last = found.at(-1);
+        if (!at || (found.length >= limit && (at.value as StoredRow).createdAt !== last!.createdAt)) {
+          resolve(runQuery(found, query));
+          return;
+        }
+        const row = rowOfStored(at.value as StoredRow);
+        if (matches(row, query)) found.push(row);
+        at.continue();
+      };
+    });
   }
 
   async count(key: string): Promise<number> {

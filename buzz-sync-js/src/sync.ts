@@ -136,10 +136,18 @@ export class Syncer {
     let liveSlot = state.liveSlot;
     let roundOpen = state.roundOpen;
     let targetSlot = state.targetSlot;
-    for (let n = 0; n < (options.maxPages ?? Infinity); n += 1) {
+    // The next page is asked for as soon as this one's token is known, before this one is
+    // checked and applied: the relay serves it while we verify signatures and write. Nothing of
+    // it is used unless this page was applied (a page that fails its checks ends the round, and
+    // the request's answer is dropped).
+    let prefetched: Promise<unknown> | null = null;
+    const maxPages = options.maxPages ?? Infinity;
+    for (let n = 0; n < maxPages; n += 1) {
       let body: unknown;
       try {
-        body = await this.fetch(info, progress);
+        const ahead = prefetched;
+        prefetched = null;
+        body = await (ahead ?? this.fetch(info, progress));
       } catch (error) {
         if (!(error instanceof BuzzError) || error.relayCode !== "invalid_progress" || progress === null || tokenRefused) throw error;
         // The relay cannot read our token (its key changed beyond rotation, or storage was
@@ -149,6 +157,11 @@ export class Syncer {
         summary.kind = "full";
         summary.resets += 1;
         continue;
+      }
+      const next = (body as { progress?: unknown; more?: unknown } | null) ?? {};
+      if (next.more === true && typeof next.progress === "string" && next.progress && n + 1 < maxPages) {
+        prefetched = this.fetch(info, next.progress);
+        prefetched.catch(() => undefined); // surfaces when awaited; never an unhandled rejection
       }
       const page = parsePage(body, this.verify);
       const startsFull = progress === null || page.reset;

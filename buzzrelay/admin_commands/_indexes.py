@@ -21,7 +21,7 @@ import psycopg
 from artifacts.schema import BUILT_INDEXES, IndexCheck, IndexSpec, inspect_index
 from buzzrelay.admin_commands._pg import connect, describe_error
 
-POLL_SECONDS = 0.25
+BUILD_POLL_SECONDS = 0.25
 WAITING_STATES = ("no table", "waiting for 0077")
 
 
@@ -143,7 +143,7 @@ def _run_watched(
                     [pid],
                 ).fetchone()
                 progress.update(name, *_progress_of(row))
-            worker.join(POLL_SECONDS)
+            worker.join(BUILD_POLL_SECONDS)
     except KeyboardInterrupt:
         build.cancel_safe()
         worker.join()

@@ -124,7 +124,7 @@ def run_migrate(
     At `verbosity` 0 (in `django_options`) only failures are written.
     """
     with django_connection_named("migrate"):
-        return _run_migrate(
+        return _migrate_named(
             app_label=app_label, migration_name=migration_name,
             with_index_builds=with_index_builds, fake_initial=fake_initial,
             lock_retries=lock_retries, django_options=dict(django_options or {}), out=out,
@@ -132,7 +132,7 @@ def run_migrate(
         )
 
 
-def _run_migrate(
+def _migrate_named(
     *,
     app_label: str | None,
     migration_name: str | None,

@@ -23,7 +23,7 @@ MIGRATION_LOCK_KEY = 0x62757A7A6D696772
 
 def connection_kwargs() -> dict[str, Any]:
     """Connection parameters of the deployment's database, from Django's settings."""
-    from artifacts.db import psycopg_connect_kwargs
+    from relaycore.db import psycopg_connect_kwargs
 
     return psycopg_connect_kwargs()
 
@@ -138,7 +138,7 @@ def direct_database() -> Iterator[None]:
     if config.database_pooler != "transaction":
         yield
         return
-    # buzzrelay.config refuses DATABASE_POOLER=transaction without DATABASE_DIRECT_URL.
+    # relaycore.config refuses DATABASE_POOLER=transaction without DATABASE_DIRECT_URL.
     assert config.database_direct is not None
     direct = config.database_direct.django_settings()
     entry = connection.settings_dict

@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _split(argument: str) -> tuple[str, str]:
     """(label, url): the label given as LABEL=URL, else host:port/dbname from the URL."""
-    from buzzrelay.config import parse_database_url
+    from relaycore.config import parse_database_url
 
     match = _LABELLED.match(argument)
     if match:
@@ -59,8 +59,8 @@ def _split(argument: str) -> tuple[str, str]:
 def inspect_url(url: str) -> ReadinessReport:
     import psycopg
 
-    from artifacts.db import psycopg_connect_kwargs
-    from buzzrelay.config import ConfigError, parse_database_url
+    from relaycore.config import ConfigError, parse_database_url
+    from relaycore.db import psycopg_connect_kwargs
     from relayinfo.readiness import inspect_deployment, unreachable_report
 
     try:

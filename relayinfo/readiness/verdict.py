@@ -19,7 +19,7 @@ import psycopg
 from django.conf import settings
 from django.db import connection as django_connection
 
-from artifacts.db import psycopg_connect_kwargs
+from relaycore.db import psycopg_connect_kwargs
 from relayinfo.readiness.inspection import inspect_deployment, unreachable_report
 from relayinfo.readiness.report import CHECK_IDS, TITLES, Check, ReadinessReport
 

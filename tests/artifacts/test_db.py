@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from artifacts.db import psycopg_connect_kwargs, server_spoke_while_idle
+from relaycore.db import psycopg_connect_kwargs, server_spoke_while_idle
 
 
 def test_django_only_options_are_dropped_and_libpq_ones_kept() -> None:

@@ -148,6 +148,33 @@ def test_the_board_syncs_goes_live_keeps_its_collection_works_offline_and_shows_
     context.close()
 
 
+def test_under_its_own_csp_the_board_verifies_with_webassembly(
+    board_relay: RelayProcess, browser: Any
+) -> None:
+    """The page as served (its CSP enforced, which the test above bypasses to evaluate script):
+    the WebAssembly chunk loads, the verifier in use is libsecp256k1's, and the tasks sync.
+    Only Playwright's locators are used here: they run outside the page's CSP."""
+    community = db(make_community, host="127.0.0.1")
+    alice = make_key()
+    h = db(make_channel, community, owner=alice, name="open")
+    for title in ("one", "two"):
+        db(create_artifact, community, alice, h, title=title, type="buzz.task",
+           content='{"done": false}')
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT)
+    refused: list[str] = []
+    page.on("console", lambda message: refused.append(message.text)
+            if "Content Security Policy" in message.text else None)
+    page.goto(f"{board_relay.url}/app/")
+    page.locator('body[data-verifier="wasm"]').wait_for(state="attached")
+    page.locator('body[data-tasks="2"]').wait_for(state="attached")
+    assert sorted(title.input_value() for title in page.locator(".task .title").all()) == [
+        "one", "two"]
+    assert refused == []
+    context.close()
+
+
 def _content(d: str) -> str:
     from artifacts.models import Event
 
@@ -179,4 +206,16 @@ def test_app_is_served_only_when_enabled(client: Any, settings: Any) -> None:
     assert on.status_code == 200
     html = on.content.decode()
     assert "/static/buzz-app/board." in html and ".js" in html and "https://" not in html
-    assert "script-src 'self';" in on["Content-Security-Policy"]
+    # Scripts from 'self' only; WebAssembly compilation allowed (the page's libsecp256k1), string
+    # eval not.
+    assert "script-src 'self' 'wasm-unsafe-eval';" in on["Content-Security-Policy"]
+    assert "'unsafe-eval'" not in on["Content-Security-Policy"].replace("'wasm-unsafe-eval'", "")
+
+
+def test_only_the_app_page_allows_webassembly(client: Any, settings: Any) -> None:
+    """'wasm-unsafe-eval' is the task board's alone: the admin's pages do not carry it."""
+    settings.RELAY_APP_ENABLED = True
+    for path in ("/admin/login/", "/admin/"):
+        response = client.get(path, HTTP_HOST="127.0.0.1")
+        assert response.status_code in (200, 302), (path, response.status_code)
+        assert "wasm-unsafe-eval" not in response.get("Content-Security-Policy", ""), path

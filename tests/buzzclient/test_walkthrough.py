@@ -50,8 +50,10 @@ def build_wheels(into: Path) -> dict[str, Path]:
     sources.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, sources / name)
-    for package in ("buzzrelay", "artifacts", "relayinfo", "buzzclient", "nostr"):
-        shutil.copytree(ROOT / package, sources / package, ignore=ignore)
+    # As a checkout has them: buzzrelay/templates is a link to the top-level templates/.
+    for package in ("relaycore", "buzzrelay", "artifacts", "relayinfo", "buzzclient", "nostr",
+                    "templates"):
+        shutil.copytree(ROOT / package, sources / package, symlinks=True, ignore=ignore)
     # The client's directory links to the packages; the copy holds them as files.
     shutil.copytree(ROOT / "client", sources / "client", symlinks=False, ignore=ignore)
     subprocess.run(
@@ -85,9 +87,14 @@ def test_the_readme_walkthrough_runs_with_only_the_client_installed(
     assert f"buzz-sync=={__version__}" in relay_requires
     assert any(r.startswith("Django") for r in relay_requires)
     assert "buzzclient" not in relay_files and "nostr" not in relay_files  # one owner per file
+    assert {"relaycore", "artifacts", "relayinfo", "buzzrelay"} <= set(relay_files)
     with zipfile.ZipFile(wheels["buzz_relay"]) as archive:  # the pages ship with the relay
         assert {"buzzrelay/templates/admin/index.html", "buzzrelay/templates/relayinfo/home.html",
                 "buzzrelay/templates/admin/relayinfo/readiness.html"} <= set(archive.namelist())
+        # Every one of the top-level templates/ (the project card's layout), none left behind.
+        templates = {f"buzzrelay/templates/{path.relative_to(ROOT / 'templates')}"
+                     for path in (ROOT / "templates").rglob("*.html")}
+        assert templates and templates <= set(archive.namelist())
 
     fresh = tmp_path / "venv"
     venv.create(fresh, with_pip=True)

@@ -1,4 +1,4 @@
-"""One set of address rules for HTTP requests and WebSocket handshakes (buzzrelay.addressing).
+"""One set of address rules for HTTP requests and WebSocket handshakes (relaycore.addressing).
 
 The same request, seen as a Django request (HTTP) and as an ASGI scope (the WebSocket's, and the
 front door's), must give the same client address, public host and scheme, for every mix of
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from artifacts.ws import scope as ws_scope
-from buzzrelay import addressing, http
+from relaycore import addressing, http
 
 PEERS = st.sampled_from(["10.0.0.5", "192.0.2.9", "::1", "not-an-ip"])
 HOSTS = st.sampled_from(["", "Team.Example", "team.example:8443", "[::1]:8000", "other.example"])

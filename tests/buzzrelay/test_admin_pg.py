@@ -18,7 +18,7 @@ from buzzrelay.admin_commands._pg import (
     direct_database,
     migration_lock,
 )
-from buzzrelay.config import parse_database_url
+from relaycore.config import parse_database_url
 
 
 def _where() -> tuple[object, ...]:

@@ -1,7 +1,7 @@
 """The body limit and the relay's answers to hostile HTTP, over raw sockets against a real server.
 
 PROTOCOL.md section 3: body size (413) is the first check, enforced while the body is read
-(buzzrelay.body_limit), so a chunked or lying body is never read past 64 KiB; a slow body is a
+(relaycore.body_limit), so a chunked or lying body is never read past 64 KiB; a slow body is a
 408; and no path answers with Django's HTML error pages.
 """
 

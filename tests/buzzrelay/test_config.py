@@ -1,4 +1,4 @@
-"""Settings from the environment (buzzrelay.config): every value validated, one-line errors."""
+"""Settings from the environment (relaycore.config): every value validated, one-line errors."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from buzzrelay.config import ConfigError, parse_database_url, read_config
 from nostr.schnorr import pubkey_from_secret
+from relaycore.config import ConfigError, parse_database_url, read_config
 
 KEY = "5f1b6c6e2d4a7b3c9e8f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d3e4f5"
 OTHER_KEY = "1" * 64

@@ -1,5 +1,5 @@
 """What one connection may cost a real `buzz-admin serve` process, whatever the client sends
-(buzzrelay.connection_limits, issue 37), with its RSS read from /proc: a header flood gets 431
+(relaycore.connection_limits, issue 37), with its RSS read from /proc: a header flood gets 431
 and the connection closed; a request line, a header count, a slow head have their limits; a
 ping flood from a client that reads nothing is read no faster than the client reads and the
 client is dropped; invalid UTF-8 gets 1007 and no traceback; a Host that is no host gets 400 on
@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from bench.connection_bounds import flood
-from buzzrelay.connection_limits import HEAD_MAX_BYTES, HEAD_MAX_HEADERS, REQUEST_LINE_MAX_BYTES
+from relaycore.connection_limits import HEAD_MAX_BYTES, HEAD_MAX_HEADERS, REQUEST_LINE_MAX_BYTES
 from tests.relay_server import HOST, RelayProcess, start_relay
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,4 +1,4 @@
-"""A request served by the front door leaves no reference cycle behind (buzzrelay/edge/).
+"""A request served by the front door leaves no reference cycle behind (relaycore/edge/).
 
 DRF's request holds itself and the view in its parser context, and a rendered DRF response
 holds itself and the view in its renderer context. Left so, every request's objects (the view,
@@ -21,8 +21,8 @@ from rest_framework.response import Response
 
 from artifacts.selectors.async_reads import connection_pool
 from buzzrelay.asgi import relay_http
-from buzzrelay.edge.views import RelayAPIView
-from buzzrelay.ratelimit import async_redis_client
+from relaycore.edge.views import RelayAPIView
+from relaycore.redis_clients import async_redis_client
 from tests.factories import Key, make_community, make_key, nip98_header
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,7 +13,7 @@ from django.test import RequestFactory
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from buzzrelay.edge.views import RelayAPIView
+from relaycore.edge.views import RelayAPIView
 from tests.factories import make_community
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,11 +14,10 @@ from django.test import RequestFactory, override_settings
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
-from buzzrelay.edge.authentication import Nip98Authentication
-from buzzrelay.edge.exceptions import relay_exception_handler
-from buzzrelay.edge.parsers import BoundedBytesParser
-from buzzrelay.nip98_auth import REPLAY_MESSAGE
-from buzzrelay.nip98_auth import claim_auth_event as claim_async
+from relaycore.edge.exceptions import relay_exception_handler
+from relaycore.edge.nip98 import REPLAY_MESSAGE, Nip98Authentication
+from relaycore.edge.nip98 import claim_auth_event as claim_async
+from relaycore.edge.parsers import BoundedBytesParser
 from relayinfo.models import AuthReplayClaim
 from tests.factories import make_key, nip98_header
 

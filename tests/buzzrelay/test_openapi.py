@@ -1,4 +1,4 @@
-"""The OpenAPI document generated from the views (buzzrelay/edge/openapi.py) and its staff page.
+"""The OpenAPI document generated from the views (relaycore/edge/openapi.py) and its staff page.
 
 The live contract is checked by schemathesis (tests/fuzz/test_openapi_fuzz.py); here: the
 document is valid OpenAPI 3.1, is built from the URL configuration's views without a warning,
@@ -24,7 +24,7 @@ from openapi_spec_validator import validate
 from openapi_spec_validator.validation import OpenAPIV31SpecValidator
 
 from artifacts.selectors.filters import MAX_OFFSET, MAX_TAG_NAMES, MAX_TAG_VALUES
-from buzzrelay.edge.openapi import openapi_document
+from buzzrelay.openapi_document import openapi_document
 
 DOCS = "/admin/api/"
 CORS = {

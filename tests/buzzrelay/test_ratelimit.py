@@ -11,9 +11,10 @@ from asgiref.sync import async_to_sync
 from django.test import override_settings
 from rest_framework.exceptions import Throttled
 
-from buzzrelay.config import ConfigError, read_config
-from buzzrelay.edge.exceptions import relay_exception_handler
-from buzzrelay.ratelimit import KEY_PREFIX, redis_client, take_token
+from relaycore.config import ConfigError, read_config
+from relaycore.edge.exceptions import relay_exception_handler
+from relaycore.ratelimit import KEY_PREFIX, take_token
+from relaycore.redis_clients import redis_client
 
 UNREACHABLE_REDIS = {
     "default": {

@@ -1,4 +1,4 @@
-"""Where each Redis client looks (buzzrelay.redis_topology): the URL, or the sentinels' master.
+"""Where each Redis client looks (relaycore.redis_topology): the URL, or the sentinels' master.
 
 The clients following a real failover are tests/faults/test_redis_sentinel.py."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from redis.asyncio.sentinel import SentinelConnectionPool
 
-from buzzrelay.redis_topology import (
+from relaycore.redis_topology import (
     REDIS_TIMEOUT_SECONDS,
     Sentinels,
     async_redis,

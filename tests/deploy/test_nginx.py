@@ -25,8 +25,8 @@ import pytest
 import redis
 
 from artifacts.models import Community
-from buzzrelay.ratelimit import KEY_PREFIX as RATE_LIMIT_PREFIX
 from nostr.nip42 import make_auth_event
+from relaycore.ratelimit import KEY_PREFIX as RATE_LIMIT_PREFIX
 from tests.deploy.nginx import (
     PUBLIC_HOST,
     NginxProcess,

@@ -1,5 +1,5 @@
 """Schemathesis against a live relay with the OpenAPI document generated from the views
-(drf-spectacular; buzzrelay/edge/openapi.py), the one GET /openapi.json serves.
+(drf-spectacular; relaycore/edge/openapi.py), the one GET /openapi.json serves.
 
 Every generated request carries a *valid* NIP-98 header signed over the exact bytes sent (the
 `payload` tag is the sha256 of the serialized body), so the fuzzer gets past authentication into
@@ -28,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from artifacts.models import Channel, ChannelMember, Community
-from buzzrelay.edge.openapi import openapi_document
+from buzzrelay.openapi_document import openapi_document
 from nostr.events import sign_event
 from nostr.nip98 import make_nip98_header
 from nostr.schnorr import generate_secret, pubkey_from_secret

@@ -16,7 +16,7 @@ from django.test import Client
 
 from artifacts.models import ArtifactHead, Community, Event
 from artifacts.schema import INDEXES_BY_NAME
-from relayinfo import metrics
+from relaycore import metrics
 from relayinfo.models import RelayInstance
 from tests.factories import create_artifact, make_channel, make_key
 from tests.relay_server import start_relay

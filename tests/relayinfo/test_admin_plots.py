@@ -9,7 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from relayinfo import fleet, metrics
+from relaycore import metrics
+from relayinfo import fleet
 from relayinfo.admin_plots import fleet_timeline, lag_bins, lag_plot
 from relayinfo.models import FleetEpisode, RelayInstance, WriterLagSample
 from tests.relayinfo.conftest import transactional

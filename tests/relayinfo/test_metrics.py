@@ -10,7 +10,7 @@ from django.core.cache import cache
 from django.test import Client
 
 from artifacts.models import Community
-from relayinfo import metrics
+from relaycore import metrics
 from tests.relayinfo.conftest import transactional
 
 

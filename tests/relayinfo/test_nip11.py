@@ -7,7 +7,7 @@ from django.conf import settings
 from django.test import Client, override_settings
 
 from artifacts.models import Community
-from buzzrelay.edge.renderers import parse_accept
+from relaycore.edge.renderers import parse_accept
 from tests.relayinfo.conftest import HOST, NOSTR_JSON, nip11, transactional
 
 pytestmark = transactional

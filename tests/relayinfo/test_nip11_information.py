@@ -11,7 +11,7 @@ import pytest
 from artifacts.models import Community
 from artifacts.services.communities import community_update_policy
 from artifacts.services.errors import Invalid
-from buzzrelay.config import ConfigError, RelayInfoDefaults, read_config
+from relaycore.config import ConfigError, RelayInfoDefaults, read_config
 from tests.factories import artifact_op, make_channel, make_key
 from tests.relayinfo.conftest import nip11, transactional
 

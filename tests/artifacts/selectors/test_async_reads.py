@@ -9,7 +9,6 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from artifacts.db import psycopg_connect_kwargs
 from artifacts.models import ChannelSet
 from artifacts.selectors import async_reads
 from artifacts.selectors.async_reads import connection_pool, lookup_community
@@ -18,6 +17,7 @@ from artifacts.selectors.filters import parse_filter
 from artifacts.selectors.rounds import prepare_round
 from artifacts.selectors.sync_epoch import connection_identity
 from artifacts.tokens import MAX_PRIVATE_CHANNELS
+from relaycore.db import psycopg_connect_kwargs
 from tests.factories import add_member, make_channel, make_community, make_key
 
 pytestmark = pytest.mark.django_db(transaction=True)

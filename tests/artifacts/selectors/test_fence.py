@@ -12,9 +12,9 @@ import psycopg
 import pytest
 from django.db import connection, transaction
 
-from artifacts.db import psycopg_connect_kwargs
 from artifacts.selectors import async_reads
 from artifacts.selectors.fence import FENCE_SQL, read_fence
+from relaycore.db import psycopg_connect_kwargs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -34,7 +34,7 @@ from artifacts.selectors.readability import (
     ANY_READER,
     channel_is_readable,
     head_is_readable,
-    policy_is_allowing,
+    policy_allows_type,
     readable_channels,
     revision_is_readable,
 )
@@ -44,7 +44,7 @@ from artifacts.services.communities import community_update_policy
 from artifacts.services.members import member_remove
 from artifacts.signals import StoredEvent
 from artifacts.ws.consumer import Subscription, SyncConsumer
-from artifacts.ws.filters import parse_filter as parse_ws_filter
+from artifacts.ws.filters import parse_req_filter as parse_ws_filter
 from artifacts.ws.hub import SyncHub
 from artifacts.ws.outbox import Outbox
 from artifacts.ws.publish import commit_message
@@ -139,7 +139,7 @@ class World:
         )
 
     def policy_ok(self, artifact_type: str) -> bool:
-        return policy_is_allowing(artifact_type, enabled=self.enabled, allowed_types=self.types)
+        return policy_allows_type(artifact_type, enabled=self.enabled, allowed_types=self.types)
 
     def readable_heads(self, readers: list[str], *, channels: list[int] | None = None,
                        types: list[str] | None = None) -> dict[str, str]:

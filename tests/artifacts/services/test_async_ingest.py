@@ -39,7 +39,6 @@ from hypothesis.stateful import (
 )
 from psycopg.pq import TransactionStatus
 
-from artifacts.db import psycopg_connect_kwargs
 from artifacts.models import (
     ArtifactHead,
     ArtifactRevision,
@@ -64,6 +63,7 @@ from artifacts.services.ingest import (
 from artifacts.signals import access_changed, events_committed
 from artifacts.ws.publish import finish_publishing
 from nostr.events import Event as NostrEvent
+from relaycore.db import psycopg_connect_kwargs
 from relayinfo.models import WriterLagSample
 from tests.factories import Key, artifact_tags, make_channel, make_community, make_key, signed_event
 

@@ -1,4 +1,4 @@
-"""The event loop's database threads (artifacts/ws/dbcall.py)."""
+"""The event loop's database threads (relaycore/dbthreads.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from django.db import connection, connections
 from django.db.backends.postgresql.base import DatabaseWrapper
 
-from artifacts.ws.dbcall import WS_DB_THREADS, run_db, stop_threads
+from relaycore.dbthreads import DB_THREADS, run_db, stop_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,7 +26,7 @@ def test_stopping_the_threads_closes_every_threads_connection() -> None:
     not only the connection of whichever thread ran the stop (one left checked out outlives
     the pool's close, and dropping the database is refused)."""
     stop_threads()  # a pool of threads of this test's own
-    at_once = threading.Barrier(WS_DB_THREADS)
+    at_once = threading.Barrier(DB_THREADS)
 
     def backend_pid() -> int:
         at_once.wait(timeout=30)  # every call on a thread of its own, each thread connected
@@ -36,10 +36,10 @@ def test_stopping_the_threads_closes_every_threads_connection() -> None:
         return int(pid)
 
     async def connect_every_thread() -> set[int]:
-        return set(await asyncio.gather(*(run_db(backend_pid) for _ in range(WS_DB_THREADS))))
+        return set(await asyncio.gather(*(run_db(backend_pid) for _ in range(DB_THREADS))))
 
     pids = asyncio.run(connect_every_thread())
-    assert len(pids) == WS_DB_THREADS
+    assert len(pids) == DB_THREADS
     assert _backends(pids) == pids
 
     stop_threads()

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from artifacts.ws.filters import Filter, LiveEvent, parse_filter
+from artifacts.ws.filters import Filter, LiveEvent
+from artifacts.ws.filters import parse_req_filter as parse_filter
 from artifacts.ws.messages import (
     AuthMessage,
     ClosedAnswer,

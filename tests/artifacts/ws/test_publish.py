@@ -153,11 +153,11 @@ def test_a_redis_that_stops_answering_bounds_the_publish_opens_the_breaker_and_f
     """Redis paused for writes (as a partition looks to a client): numbering gives up within
     the publish timeout, the breaker opens (later publishes do not each wait), and the group is
     flagged lost so the next message that gets through tells its hubs."""
-    from buzzrelay import ratelimit
+    from relaycore import redis_clients
 
     layer = get_channel_layer()
     group = f"test-publish-paused-{time.monotonic_ns()}"
-    admin = ratelimit.redis_client()
+    admin = redis_clients.redis_client()
     assert admin is not None
 
     async def publish_while_paused() -> float:
@@ -172,11 +172,11 @@ def test_a_redis_that_stops_answering_bounds_the_publish_opens_the_breaker_and_f
         # The client's socket timeout (0.5 s) or the publish timeout, whichever comes first.
         assert elapsed < publish.PUBLISH_TIMEOUT + 0.5
         assert group in publish._lost_groups
-        with pytest.raises(ratelimit.RedisUnavailable):
-            ratelimit.async_redis_client()
+        with pytest.raises(redis_clients.RedisUnavailable):
+            redis_clients.async_redis_client()
     finally:
         admin.execute_command("CLIENT", "UNPAUSE")
-        ratelimit._redis_down_until = 0.0
+        redis_clients._redis_down_until = 0.0
         publish._lost_groups.discard(group)
 
 

@@ -26,7 +26,8 @@ from artifacts.selectors.replay import (
 )
 from artifacts.services.channels import channel_delete
 from artifacts.services.communities import community_update_policy
-from artifacts.ws.filters import LiveEvent, parse_filter
+from artifacts.ws.filters import LiveEvent
+from artifacts.ws.filters import parse_req_filter as parse_filter
 from nostr.events import first_tag, served_event
 from tests.factories import (
     create_artifact,

@@ -1,6 +1,6 @@
 """The address and pubkey limits as DRF throttles, on the relay's token buckets.
 
-`buzzrelay.ratelimit` keeps the buckets (Redis, shared by every instance; in-process while Redis
+`relaycore.ratelimit` keeps the buckets (Redis, shared by every instance; in-process while Redis
 is down); these classes put them in DRF's throttle interface. `allow_request` is a coroutine
 (the buckets are a Redis round trip), and `wait()` gives the seconds `Retry-After` says.
 """
@@ -12,8 +12,8 @@ from typing import Any
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
-from buzzrelay.http import client_address
-from buzzrelay.ratelimit import address_wait, pubkey_wait
+from relaycore.http import client_address
+from relaycore.ratelimit import address_wait, pubkey_wait
 
 __all__ = ["AddressRateThrottle", "PubkeyRateThrottle"]
 

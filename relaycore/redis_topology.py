@@ -6,7 +6,7 @@ for that master's address whenever it (re)connects: django-redis' cache through 
 SentinelConnectionFactory, channels_redis' layer through its `master_name` host, and the rate
 limiter's and replay claims' asyncio client through redis-py's Sentinel. After a failover each
 reconnects to the promoted replica; meanwhile the callers take the fallbacks they take while
-Redis is down (buzzrelay.ratelimit). Only the master is used, never a replica: replicas lag,
+Redis is down (relaycore.redis_clients). Only the master is used, never a replica: replicas lag,
 and a replay claim or a rate bucket read from one could be stale.
 
 Sentinels may ask for a password of their own (a sentinel's `requirepass`, which is not the

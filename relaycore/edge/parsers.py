@@ -8,7 +8,7 @@ from django.conf import settings
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 
-from buzzrelay.edge.exceptions import PayloadTooLarge
+from relaycore.edge.exceptions import PayloadTooLarge
 
 __all__ = ["BoundedBytesParser", "request_body"]
 
@@ -16,7 +16,7 @@ __all__ = ["BoundedBytesParser", "request_body"]
 class BoundedBytesParser(BaseParser):
     """Any media type; the body's exact bytes, read up to `RELAY_MAX_BODY_BYTES`.
 
-    `buzzrelay.body_limit` already bounds every body in front of the relay; this bound holds
+    `relaycore.body_limit` already bounds every body in front of the relay; this bound holds
     wherever the view is reached without it (Django's own handler, the test client).
     """
 

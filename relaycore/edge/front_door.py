@@ -27,17 +27,14 @@ from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 from django.urls import Resolver404, resolve
 
-from buzzrelay.body_limit import BodyTooLarge, ClientDisconnected, read_body
-from buzzrelay.edge.views import RelayAPIView
-from buzzrelay.middleware import add_cors_headers
-from relayinfo.metrics import record_front_door_request
+from relaycore.asgi_types import Receive
+from relaycore.body_limit import BodyTooLarge, ClientDisconnected, read_body
+from relaycore.edge.views import RelayAPIView
+from relaycore.metrics import record_front_door_request
+from relaycore.middleware import add_cors_headers
 
 __all__ = ["FrontDoor"]
 
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Any  # the server's send callable
 
 
 def _unused(request: Any) -> HttpResponse:  # pragma: no cover - only process_response is used
@@ -53,13 +50,14 @@ class FrontDoor:
         self._header_middleware = (SecurityMiddleware(_unused), XFrameOptionsMiddleware(_unused))
         self._views: dict[str, Callable[..., Awaitable[HttpResponseBase]] | None] = {}
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    # Django's ASGIHandler types the scope as a dict and `send` as taking any Mapping.
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
         view = self._view(scope) if scope["type"] == "http" else None
         if view is None:
             await self.django_app(scope, receive, send)
             return
         try:
-            # Already read and bounded by `buzzrelay.body_limit`, which hands it over whole.
+            # Already read and bounded by `relaycore.body_limit`, which hands it over whole.
             body = await read_body(receive, settings.RELAY_MAX_BODY_BYTES)
         except (ClientDisconnected, BodyTooLarge):
             return  # the client left (the limit in front already answered an oversized body)
@@ -81,7 +79,7 @@ class FrontDoor:
         else:
             await _send_whole(response, send)
 
-    def _view(self, scope: Scope) -> Callable[..., Awaitable[HttpResponseBase]] | None:
+    def _view(self, scope: dict[str, Any]) -> Callable[..., Awaitable[HttpResponseBase]] | None:
         path: str = scope["path"]
         if path not in self._views:
             try:
@@ -100,7 +98,7 @@ class FrontDoor:
 
 
 
-async def _send_whole(response: HttpResponseBase, send: Send) -> None:
+async def _send_whole(response: HttpResponseBase, send: Any) -> None:
     """A whole response over ASGI: what `ASGIHandler.send_response` sends for one (the headers
     as set, the cookies, the body), in one body message and without `response.close()`.
 

@@ -4,23 +4,21 @@ drf-spectacular walks the URL configuration: the paths, methods and operations a
 (`@extend_schema` on `QueryView`, `EventView`, `RelayInfoView` and `openapi_views.OpenAPIView`;
 `@plain_view_schema` on the plain Django views `/healthz`, `/readyz`, `/metrics`). What DRF cannot
 infer is written here, once: the relay has no serializers (feed bytes are the stored event JSON),
-so bodies are raw OpenAPI schemas (`relay_components`, added by a postprocessing hook), and
+so bodies are raw OpenAPI schemas (`buzzrelay.openapi_document.relay_components`, added by a
+postprocessing hook), and
 `RelayAutoSchema` adds what `RelayAPIView`'s pipeline does to every operation of a relay view
 (PROTOCOL.md section 3): the refusals it can answer (404, 503; 401, 413, 429 when NIP-98 applies),
 the CORS preflight of the views a browser preflights, and the CORS headers every answer carries
-(`buzzrelay.middleware.add_cors_headers`). `tests/fuzz/test_openapi_fuzz.py` runs schemathesis
+(`relaycore.middleware.add_cors_headers`). `tests/fuzz/test_openapi_fuzz.py` runs schemathesis
 against a live relay with this document, so a view drifting from it fails there.
 """
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Callable
-from functools import cache
 from typing import Any, TypeVar
 
-from django.conf import settings
 from django.urls import Resolver404, resolve
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.generators import EndpointEnumerator, SchemaGenerator
@@ -30,36 +28,22 @@ from rest_framework.request import Request
 from rest_framework.schemas.generators import BaseSchemaGenerator
 from rest_framework.views import APIView
 
-from artifacts.selectors.filters import (
-    DEFAULT_LIMIT,
-    MAX_OFFSET,
-    MAX_TAG_NAMES,
-    MAX_TAG_VALUES,
-    VIEW_CHANGES,
-)
-from buzzrelay.edge.renderers import JSONBytesRenderer
-from buzzrelay.edge.views import RelayAPIView
-from nostr.kinds import KIND_ARTIFACT
+from relaycore.edge.renderers import JSONBytesRenderer
+from relaycore.edge.views import RelayAPIView
 
 __all__ = [
     "AUTHENTICATED_ERRORS",
     "COMMON_ERRORS",
     "JSON",
-    "NOSTR_JSON",
     "Answer",
     "RelayAutoSchema",
     "RelaySchemaGenerator",
     "error_answer",
-    "openapi_document",
     "plain_view_schema",
     "ref",
-    "relay_components",
 ]
 
 JSON = "application/json"
-NOSTR_JSON = "application/nostr+json"
-HEX64 = "^[0-9a-f]{64}$"
-UUID = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
 Schema = dict[str, Any]
 V = TypeVar("V", bound=Callable[..., Any])
@@ -74,8 +58,8 @@ def _header(name: str) -> Schema:
     return {"$ref": f"#/components/headers/{name}"}
 
 
-# Every answer, errors and preflights included (buzzrelay.http.CORS_HEADERS).
-CORS_HEADERS = {
+# Every answer, errors and preflights included (relaycore.http.CORS_HEADERS, as answers carry them).
+CORS_ANSWER_HEADERS = {
     "Access-Control-Allow-Origin": _header("CorsAllowOrigin"),
     "Access-Control-Allow-Headers": _header("CorsAllowHeaders"),
     "Access-Control-Allow-Methods": _header("CorsAllowMethods"),
@@ -104,7 +88,7 @@ class Answer(OpenApiResponse):
 
 
 def error_schema(*codes: str) -> Schema:
-    """An error body (`buzzrelay.http.json_error`) whose `error` is one of `codes` (any
+    """An error body (`relaycore.http.json_error`) whose `error` is one of `codes` (any
     lowercase code when none are named)."""
     code: Schema = {"type": "string", "enum": list(codes)} if codes else {
         "type": "string", "pattern": "^[a-z][a-z_]*$"
@@ -172,7 +156,7 @@ class RelayAutoSchema(AutoSchema):
                 "summary": f"CORS preflight for {path}",
                 "description": "Answered without authentication and without a community lookup.",
                 "responses": {
-                    "204": {"description": "Preflight accepted.", "headers": CORS_HEADERS}
+                    "204": {"description": "Preflight accepted.", "headers": CORS_ANSWER_HEADERS}
                 },
             }
         return super().get_operation(path, path_regex, path_prefix, method, registry)
@@ -225,7 +209,7 @@ class RelayAutoSchema(AutoSchema):
         response: Schema = super()._get_response_for_code(
             serializer, status_code, media_types, direction
         )
-        response["headers"] = {**CORS_HEADERS, **response.get("headers", {}), **headers}
+        response["headers"] = {**CORS_ANSWER_HEADERS, **response.get("headers", {}), **headers}
         return response
 
 
@@ -296,9 +280,9 @@ def plain_view_schema(*, method: str = "GET", **kwargs: Any) -> Callable[[V], V]
 
 
 class Nip98Scheme(OpenApiAuthenticationExtension):
-    """NIP-98 (`buzzrelay.edge.authentication.Nip98Authentication`) as a security scheme."""
+    """NIP-98 (`relaycore.edge.nip98.Nip98Authentication`) as a security scheme."""
 
-    target_class = "buzzrelay.edge.authentication.Nip98Authentication"
+    target_class = "relaycore.edge.nip98.Nip98Authentication"
     name = "nip98"
 
     def get_security_definition(self, auto_schema: AutoSchema) -> Schema:
@@ -314,228 +298,3 @@ class Nip98Scheme(OpenApiAuthenticationExtension):
                 " once: add a `nonce` tag to vary identical requests."
             ),
         }
-
-
-def _headers() -> Schema:
-    return {
-        "CorsAllowOrigin": {"required": True, "schema": {"const": "*"}},
-        "CorsAllowHeaders": {
-            "required": True,
-            "schema": {"type": "string", "pattern": "(?i)authorization"},
-        },
-        "CorsAllowMethods": {
-            "required": True, "schema": {"type": "string", "pattern": "POST"},
-        },
-        "CorsExposeHeaders": {
-            "required": True, "schema": {"type": "string", "pattern": "(?i)retry-after"},
-        },
-        "RetryAfter": {
-            "required": True,
-            "description": "Seconds to wait before retrying.",
-            "schema": {"type": "string", "pattern": "^[0-9]+$"},
-        },
-        "RetryAfterOptional": {
-            "required": False,
-            "description": "Seconds to wait before retrying.",
-            "schema": {"type": "string", "pattern": "^[0-9]+$"},
-        },
-        "WwwAuthenticate": {
-            "required": True, "schema": {"type": "string", "pattern": "^Nostr"},
-        },
-    }
-
-
-def _schemas() -> Schema:
-    # Every limit from its one definition (the filter parser, the event limits, the settings
-    # NIP-11 announces), so the document can never drift from what the relay enforces.
-    max_body = settings.RELAY_MAX_BODY_BYTES
-    limits = settings.RELAY_EVENT_LIMITS
-    max_limit = settings.RELAY_MAX_LIMIT
-    tag = {
-        "type": "array", "items": {"type": "string", "maxLength": limits.max_tag_value_bytes},
-        "minItems": 1,
-    }
-    tag_values = {
-        "type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_TAG_VALUES,
-    }
-    common_filter_props: Schema = {
-        "kinds": {
-            "type": "array", "items": {"const": KIND_ARTIFACT}, "minItems": 1, "maxItems": 1,
-            "description": f"Optional; must be `[{KIND_ARTIFACT}]`.",
-        },
-        "limit": {
-            "type": "integer", "minimum": 1, "maximum": max_limit, "default": DEFAULT_LIMIT,
-        },
-    }
-    return {
-        "Event": {
-            "description": (
-                "A signed Nostr event (NIP-01). The relay recomputes `id`, checks the BIP-340"
-                f" signature and the limits: at most {max_body} bytes, {limits.max_tags} tags,"
-                f" tag values of {limits.max_tag_value_bytes} bytes, `created_at` within"
-                f" [now - {limits.created_at_lower} s, now + {limits.created_at_upper} s]."
-            ),
-            "type": "object",
-            "required": ["id", "pubkey", "created_at", "kind", "tags", "content", "sig"],
-            "properties": {
-                "id": {"type": "string", "pattern": HEX64},
-                "pubkey": {"type": "string", "pattern": HEX64},
-                "created_at": {"type": "integer", "minimum": 0},
-                "kind": {"type": "integer", "minimum": 0, "maximum": 65535},
-                "tags": {"type": "array", "items": tag, "maxItems": limits.max_tags},
-                "content": {"type": "string"},
-                "sig": {"type": "string", "pattern": "^[0-9a-f]{128}$"},
-            },
-            "additionalProperties": False,
-        },
-        "OkAnswer": {
-            "description": (
-                'The NIP-01 OK triple: `["OK", <event id>, <accepted>, "<prefix>: <message>"]`;'
-                " prefixes `duplicate`, `invalid`, `restricted`, `blocked`, `rate-limited`,"
-                " `error`."
-            ),
-            # Positional item schemas (`prefixItems`) trip schemathesis' 3.1 response
-            # validation; the fuzz test checks the positions itself.
-            "type": "array",
-            "items": {"type": ["string", "boolean"]},
-            "minItems": 4,
-            "maxItems": 4,
-        },
-        "PlainFilter": {
-            "description": (
-                "Plain mode: readable current heads (`current`) or revisions of the named"
-                " artifacts (`history`, needs `#d`), newest first. At most"
-                f" `offset + limit` <= {MAX_OFFSET + max_limit} rows per filter."
-            ),
-            "type": "object",
-            "required": ["artifact"],
-            "properties": {
-                "artifact": {"type": "string", "enum": ["current", "history"]},
-                **common_filter_props,
-                "offset": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
-            },
-            "patternProperties": {"^#[A-Za-z0-9_.-]{1,64}$": tag_values},
-            "additionalProperties": False,
-            # The tag predicates and the four other keys (artifact, kinds, limit, offset).
-            "maxProperties": MAX_TAG_NAMES + 4,
-        },
-        "IncrementalFilter": {
-            "description": (
-                "Incremental mode: `progress` is `null` to start a full round, or the token"
-                " of the last applied page. Only `#h` and `#type` predicates, no `offset`."
-            ),
-            "type": "object",
-            "required": ["artifact", "progress"],
-            "properties": {
-                "artifact": {"const": "current"},
-                **common_filter_props,
-                "progress": {"type": ["string", "null"], "maxLength": 8192},
-                "view_changes": {"enum": list(VIEW_CHANGES)},
-                "#h": {**tag_values, "items": {"type": "string", "pattern": UUID}},
-                "#type": tag_values,
-            },
-            "additionalProperties": False,
-        },
-        "Removal": {
-            "type": "object",
-            "required": ["d", "reason"],
-            "properties": {
-                "d": {"type": "string", "pattern": UUID},
-                "reason": {"enum": ["deleted", "redacted", "moved", "access"]},
-            },
-            "additionalProperties": False,
-        },
-        "IncrementalPage": {
-            "type": "object",
-            "required": ["events", "removed", "progress", "more", "reset"],
-            "properties": {
-                "events": {"type": "array", "items": ref("Event"), "maxItems": max_limit},
-                "removed": {"type": "array", "items": ref("Removal"), "maxItems": max_limit},
-                "removed_channels": {"type": "array", "items": {"type": "string", "pattern": UUID}},
-                "progress": {"type": "string", "pattern": "^[A-Za-z0-9_-]+={0,2}$"},
-                "more": {"type": "boolean"},
-                "reset": {"type": "boolean"},
-            },
-            "additionalProperties": False,
-        },
-        "RelayInformation": {
-            "type": "object",
-            "required": [
-                "name", "pubkey", "supported_nips", "supported_extensions", "limitation",
-            ],
-            "properties": {
-                "name": {"type": "string"},
-                "description": {"type": "string"},
-                "pubkey": {"type": "string", "pattern": HEX64},
-                "self": {"type": "string", "pattern": HEX64},
-                "software": {"type": "string"},
-                "version": {"type": "string"},
-                "supported_nips": {"type": "array", "items": {"type": "integer"}},
-                "supported_extensions": {
-                    "type": "array",
-                    "items": {"enum": ["artifacts.incremental", "artifacts.sync"]},
-                    "uniqueItems": True,
-                },
-                "artifacts": {
-                    "type": "object",
-                    "properties": {
-                        "incremental": {
-                            "type": "object",
-                            "required": ["endpoint", "overlap_seconds", "max_limit"],
-                            "properties": {
-                                "endpoint": {"const": "/query"},
-                                "overlap_seconds": {"type": "integer", "minimum": 0},
-                                "max_limit": {"type": "integer", "minimum": 1},
-                                "view_changes": {"type": "array", "items": {"type": "string"}},
-                            },
-                        },
-                        "sync": {
-                            "type": "object",
-                            "required": ["endpoint", "kinds"],
-                            "properties": {
-                                "endpoint": {"const": "/"},
-                                "kinds": {"type": "array", "items": {"type": "integer"}},
-                            },
-                        },
-                    },
-                },
-                "limitation": {
-                    "type": "object",
-                    "properties": {
-                        "max_message_length": {"type": "integer"},
-                        "max_subscriptions": {"type": "integer"},
-                        "max_limit": {"type": "integer"},
-                        "max_subid_length": {"type": "integer"},
-                        "max_event_tags": {"type": "integer"},
-                        "auth_required": {"type": "boolean"},
-                        "restricted_writes": {"type": "boolean"},
-                        "created_at_lower_limit": {"type": "integer"},
-                        "created_at_upper_limit": {"type": "integer"},
-                    },
-                },
-            },
-        },
-    }
-
-
-def relay_components(result: Schema, **kwargs: Any) -> Schema:
-    """SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]: the bodies and headers the operations
-    refer to, which no serializer describes."""
-    components = result.setdefault("components", {})
-    components.setdefault("schemas", {}).update(_schemas())
-    components.setdefault("headers", {}).update(_headers())
-    return result
-
-
-@cache
-def _generated() -> Schema:
-    return RelaySchemaGenerator().get_schema(request=None, public=True)  # type: ignore[no-any-return]
-
-
-def openapi_document(*, server_url: str | None = None) -> Schema:
-    """The generated document (once per process); `server_url` (scheme://host[:port]) fills
-    `servers` when given."""
-    document = copy.deepcopy(_generated())
-    if server_url:
-        document["servers"] = [{"url": server_url}]
-    return document

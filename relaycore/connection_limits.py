@@ -20,7 +20,7 @@ subclasses add the bounds (hand-written: no uvicorn option or other package does
   transport's buffer (so pongs, like every other frame, go out only as fast as it reads), and
   drops a client that has read nothing for STALL_SECONDS while frames wait for it.
 
-`HostCheck` is the ASGI guard that answers 400 to a Host `buzzrelay.addressing` refuses, on
+`HostCheck` is the ASGI guard that answers 400 to a Host `relaycore.addressing` refuses, on
 every path, before any application. buzzrelay/server.py names the protocols in the options of
 every server the relay runs (serve, the quickstart, the test suite's relays).
 """
@@ -29,16 +29,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Callable
 
 import httptools
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-from buzzrelay.addressing import RequestAddress, host_error, host_header_error
-from buzzrelay.http import CORS_HEADERS
+from relaycore.addressing import RequestAddress, host_error, host_header_error
+from relaycore.asgi_types import ASGIApp, Receive, Scope, Send
+from relaycore.http import CORS_HEADERS
 
 __all__ = [
     "HEAD_MAX_BYTES",
@@ -78,7 +78,7 @@ _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long",
             431: b"Request Header Fields Too Large"}
 
 
-def _refusal(status: int, code: str, message: str) -> bytes:
+def _refusal_bytes(status: int, code: str, message: str) -> bytes:
     """A complete HTTP/1.1 answer in the relay's JSON error shape (PROTOCOL.md section 3)."""
     body = orjson.dumps({"error": code, "message": message})
     return (
@@ -114,7 +114,7 @@ class _Timer:
 class _HeadRefused(Exception):
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
-        self.answer = _refusal(status, code, message)
+        self.answer = _refusal_bytes(status, code, message)
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):  # type: ignore[misc]
@@ -138,7 +138,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):  # type: ignore[misc]
     def _head_timed_out(self) -> None:
         if self._in_head and not self.transport.is_closing():
             if self._head_bytes:
-                self.transport.write(_refusal(
+                self.transport.write(_refusal_bytes(
                     408, "request_timeout",
                     f"the request head did not arrive within {self._head_timeout:g} s"))
             self.transport.close()
@@ -257,10 +257,6 @@ class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):  # type: ignore[misc]
             self.transport.abort()
 
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _JSON_400 = [(b"content-type", b"application/json"),
              *((name.lower().encode(), value.encode()) for name, value in CORS_HEADERS.items())]
@@ -279,7 +275,7 @@ def _host_problem(scope: Scope) -> str | None:
 
 class HostCheck:
     """ASGI middleware: 400 (JSON) for a request or WebSocket handshake whose Host
-    `buzzrelay.addressing.host_error` refuses, on every path."""
+    `relaycore.addressing.host_error` refuses, on every path."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

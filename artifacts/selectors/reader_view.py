@@ -39,7 +39,7 @@ transaction (`store_sets_statement`, run by the page's driver before it hands ou
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Generator, Mapping
+from collections.abc import Generator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -48,14 +48,13 @@ import orjson
 from django.db.backends.utils import CursorWrapper
 
 from artifacts.tokens import MAX_CATCHUP_CHANNELS, MAX_PRIVATE_CHANNELS, ProgressToken
+from relaycore.steps import Rows, Statement
 
 DIGEST_BYTES = 16
 _ORIGIN = datetime(1970, 1, 1, tzinfo=UTC)
 
 # One statement a page needs run in its snapshot (SQL, parameters); the driver sends back its
 # rows (artifacts.selectors.rounds.page_steps).
-Statement = tuple[str, Mapping[str, Any]]
-Rows = list[Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,11 +155,12 @@ def derive_statement(
     version `since_version` (this snapshot has `version`) under a fence whose overlap starts at
     `members_since`; one row per channel of X within the filter's `#h`, then one trailer row.
 
-    Columns: kind (0 a channel, 1 the trailer), channel id, readable_before (the first log row
-    after `since_version`; NULL: its listing did not change), how it is readable now, whether P
-    is an active member now, whether P's membership was stamped at or after `members_since`;
-    the trailer's last column counts the log rows of the versions in range (all of them must be
-    there). Index range scans only: the log's (community_id, listing_version) and
+    Columns: is_trailer (false for a channel, true for the trailer), channel id,
+    readable_before (the first log row after `since_version`; NULL: its listing did not change),
+    how it is readable now, whether P is an active member now, whether P's membership was stamped
+    at or after `members_since`; the trailer's last column (`log_rows`) counts the log rows of
+    the versions in range (all of them must be there). Index range scans only: the log's
+    (community_id, listing_version) and
     channel_members_sync; then one lookup per channel of X.
     """
     params: dict[str, Any] = {
@@ -182,19 +182,19 @@ def derive_statement(
                 WHERE community_id = %(community)s AND pubkey = %(reader)s
                   AND sync_modified_at >= %(members_since)s),
         x AS (SELECT channel_id FROM lc UNION SELECT channel_id FROM mc)
-        SELECT 0 AS kind, x.channel_id, lc.readable_before,
+        SELECT false AS is_trailer, x.channel_id, lc.readable_before,
                CASE WHEN ch.channel_id IS NULL OR ch.deleted_at IS NOT NULL THEN {NOBODY}
                     WHEN ch.visibility = 'open' THEN {OPEN} ELSE {MEMBERS} END,
                EXISTS (SELECT 1 FROM channel_members m
                         WHERE m.community_id = %(community)s AND m.channel_id = x.channel_id
                           AND m.pubkey = %(reader)s AND m.removed_at IS NULL),
                x.channel_id IN (SELECT channel_id FROM mc),
-               NULL::bigint
+               NULL::bigint AS log_rows
           FROM x LEFT JOIN lc ON lc.channel_id = x.channel_id
           LEFT JOIN channels ch
             ON ch.community_id = %(community)s AND ch.channel_id = x.channel_id{narrowed}
         UNION ALL
-        SELECT 1, NULL, NULL, NULL, NULL, NULL, count(*) FROM log"""
+        SELECT true, NULL, NULL, NULL, NULL, NULL, count(*) FROM log"""
     return sql, params
 
 
@@ -218,13 +218,13 @@ def derive_view(
 ) -> ViewChange:
     """The channels lost and gained since the token's view, from `derive_statement`'s rows;
     `private`: the token's Pi; `versions`: how many listing versions the range holds."""
-    trailer = rows[-1]
-    if trailer[0] != 1 or trailer[6] != versions:
+    *channels, (is_trailer, *_nothing, log_rows) = rows
+    if is_trailer is not True or log_rows != versions:
         return UNRECOVERABLE  # a version without its log row: the change is unknown
     token_private = frozenset(private or ())
     lost, gained = [], []
     page_private = set(token_private)
-    for _kind, channel_id, before, now, member, recent, _n in rows[:-1]:
+    for _is_trailer, channel_id, before, now, member, recent, _log_rows in channels:
         channel = channel_id.bytes
         if before is None:
             before = now  # its listing did not change since the token's view

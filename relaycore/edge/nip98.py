@@ -1,9 +1,10 @@
-"""NIP-98 replay claims (PROTOCOL.md section 3): each auth event id is accepted once.
+"""NIP-98 at the relay's edge (PROTOCOL.md section 3), in one place: the DRF authentication
+class, and the replay claims that accept each auth event id once.
 
-`nostr.nip98` checks the header against the request's public URL, method and body (the DRF
-authentication class `buzzrelay.edge.authentication.Nip98Authentication` calls it); this module
-holds what needs shared state. The claim goes to Redis (SET NX EX: shared by every instance);
-while Redis is unavailable, to PostgreSQL (`auth_replay_claims`). Claims made in PostgreSQL stay
+`nostr.nip98` checks the header against the request's public URL, method and body;
+`Nip98Authentication` calls it, then claims the event id, which needs shared state. The claim
+goes to Redis (SET NX EX: shared by every instance); while Redis is unavailable, to PostgreSQL
+(`auth_replay_claims`). Claims made in PostgreSQL stay
 authoritative until they expire: as long as any is live, a Redis claim is also made there, so an
 event claimed during an outage cannot be replayed once Redis is back.
 """
@@ -14,14 +15,29 @@ import asyncio
 import threading
 import time
 import weakref
+from typing import Any
 
 from django.db import connection
 from redis.exceptions import RedisError
+from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.request import Request
 
-from artifacts.ws.dbcall import run_db
-from buzzrelay.ratelimit import RedisUnavailable, async_redis_client, mark_redis_down
+from nostr.nip98 import Nip98Auth, Nip98Error, verify_nip98
+from relaycore.dbthreads import run_db
+from relaycore.edge.parsers import request_body
+from relaycore.http import absolute_url
+from relaycore.metrics import record_nip98_check
+from relaycore.redis_clients import RedisUnavailable, async_redis_client, mark_redis_down
 
-__all__ = ["CLAIM_PREFIX", "REPLAY_MESSAGE", "WINDOW_SECONDS", "claim_auth_event"]
+__all__ = [
+    "CLAIM_PREFIX",
+    "REPLAY_MESSAGE",
+    "WINDOW_SECONDS",
+    "Nip98Authentication",
+    "NostrUser",
+    "claim_auth_event",
+]
 
 WINDOW_SECONDS = 60
 # Instances' clocks differ a little: another instance may still accept the event this long
@@ -155,3 +171,46 @@ def _claim_in_postgres(event_id: str, expires_at: int) -> bool:
     with _lock:
         _postgres_live_until = max(_postgres_live_until, float(expires_at))
     return fresh
+
+
+class NostrUser:
+    """`request.user` of a request signed with NIP-98: the pubkey, never a Django account."""
+
+    is_authenticated = True
+    is_anonymous = False
+
+    def __init__(self, pubkey: str) -> None:
+        self.pubkey = pubkey
+
+    def __str__(self) -> str:
+        return self.pubkey
+
+
+class Nip98Authentication(BaseAuthentication):
+    """`Authorization: Nostr <base64 event>` signed for this URL, method and body, used once.
+
+    `authenticate` is a coroutine: the relay's views run it on the event loop
+    (`RelayAPIView`), where the replay claim is one Redis round trip.
+    """
+
+    async def authenticate(self, request: Request) -> tuple[NostrUser, Nip98Auth]:  # type: ignore[override]
+        django_request: Any = request._request
+        record_nip98_check()
+        try:
+            auth = verify_nip98(
+                # META, not `request.headers`: that builds the whole header map per request.
+                django_request.META.get("HTTP_AUTHORIZATION"),
+                url=absolute_url(django_request),
+                method=request.method or "",
+                body=request_body(request) or None,
+                now=int(time.time()),
+                window=WINDOW_SECONDS,
+            )
+        except Nip98Error as exc:
+            raise exceptions.AuthenticationFailed(str(exc)) from None
+        if not await claim_auth_event(auth.event_id, expires_at=auth.created_at + WINDOW_SECONDS):
+            raise exceptions.AuthenticationFailed(REPLAY_MESSAGE)
+        return NostrUser(auth.pubkey), auth
+
+    def authenticate_header(self, request: Request) -> str:
+        return "Nostr"

@@ -18,8 +18,8 @@ from django.http import Http404, HttpResponse
 from psycopg_pool import PoolTimeout
 from rest_framework import exceptions
 
-from buzzrelay.http import json_error
-from buzzrelay.middleware import database_failure_response, internal_error_response
+from relaycore.http import json_error
+from relaycore.middleware import database_failure_response, internal_error_response
 
 __all__ = [
     "InvalidRequest",

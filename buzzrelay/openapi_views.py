@@ -1,6 +1,6 @@
-"""GET /openapi.json (the document `buzzrelay.edge.openapi` generates) and its staff page.
+"""GET /openapi.json (the document `relaycore.edge.openapi` generates) and its staff page.
 
-Apart from `buzzrelay.edge.openapi` because drf-spectacular's views read its settings when
+Apart from `relaycore.edge.openapi` because drf-spectacular's views read its settings when
 imported, and the settings name that module's generator.
 """
 
@@ -14,9 +14,10 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from buzzrelay.edge.openapi import COMMON_ERRORS, Answer, RelayAutoSchema, openapi_document
-from buzzrelay.edge.renderers import JSONBytesRenderer
-from buzzrelay.http import public_netloc, public_scheme
+from buzzrelay.openapi_document import openapi_document
+from relaycore.edge.openapi import COMMON_ERRORS, Answer, RelayAutoSchema
+from relaycore.edge.renderers import JSONBytesRenderer
+from relaycore.http import public_netloc, public_scheme
 
 __all__ = ["APIDocsView", "OpenAPIView"]
 

@@ -2,38 +2,26 @@
 
 Buckets live in Redis, shared by every instance: one Lua script refills and takes a token
 atomically on Redis's own clock. While Redis is unavailable each process keeps its own buckets,
-so limits loosen (per instance) but serving continues. A Redis failure opens a short circuit
-breaker, so requests do not each wait for a connect timeout while Redis is down.
+so limits loosen (per instance) but serving continues. The client and its breaker (a Redis
+failure opens it for a few seconds) are `relaycore.redis_clients`'s.
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from typing import Any
-from weakref import WeakKeyDictionary
 
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis.exceptions import NoScriptError, RedisError
 
-from buzzrelay.redis_topology import Sentinels, async_redis
+from relaycore.redis_clients import RedisUnavailable, async_redis_client, mark_redis_down
 
-__all__ = [
-    "RedisUnavailable",
-    "address_wait",
-    "async_redis_client",
-    "mark_redis_down",
-    "pubkey_wait",
-    "redis_client",
-    "take_token",
-]
+__all__ = ["address_wait", "pubkey_wait", "take_token"]
 
 KEY_PREFIX = "buzz:rl:"
-# After a Redis failure, go straight to the fallbacks for this long before trying again.
-REDIS_RETRY_SECONDS = 5.0
 LOCAL_MAX_BUCKETS = 100_000
 
 # KEYS[1] bucket; ARGV rate (tokens/s), burst. Returns the wait in seconds as a string ("0" =
@@ -57,85 +45,15 @@ redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
 return '0'
 """
 
-_state_lock = threading.Lock()
-_redis_down_until = 0.0
 _script_sha: str | None = None
-
-
-# The raw client of each cache configuration (its BACKEND and LOCATION), kept for the process:
-# Django keeps cache objects per thread and asyncio context, so `get_redis_connection` built a
-# new cache, client and 169-entry callback table for every live publish (each publish is a
-# task of its own): a tenth of a write's relay CPU in a profile. redis-py clients are
-# thread-safe (each command takes a connection from the shared pool).
-_sync_clients: dict[tuple[str, str], Any] = {}
-
-
-def redis_client() -> Any | None:
-    """The raw Redis client behind the default cache, or None (no Redis, or it just failed)."""
-    if time.monotonic() < _redis_down_until:
-        return None
-    if not _cache_is_redis():
-        return None
-    default: dict[str, Any] = settings.CACHES["default"]
-    key = (str(default["BACKEND"]), repr(default.get("LOCATION")))
-    client = _sync_clients.get(key)
-    if client is None:
-        from django_redis import get_redis_connection
-
-        client = _sync_clients.setdefault(key, get_redis_connection("default"))
-    return client
-
-
-class RedisUnavailable(Exception):
-    """Redis is not configured, its breaker is open, or it just failed (the breaker is now open):
-    the caller takes its fallback (local buckets, replay claims in PostgreSQL)."""
-
-
-_async_clients: WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = WeakKeyDictionary()
-
-
-def async_redis_client() -> Any:
-    """This event loop's asyncio client of the cache's Redis; raises `RedisUnavailable`."""
-    if time.monotonic() < _redis_down_until:
-        raise RedisUnavailable
-    loop = asyncio.get_running_loop()
-    client = _async_clients.get(loop)
-    if client is None:
-        if not _cache_is_redis():
-            raise RedisUnavailable
-        # The cache's own Redis (its LOCATION, or the master its sentinels name), so the
-        # buckets and claims are where the cache is.
-        cache: dict[str, Any] = settings.CACHES["default"]
-        location: Any = cache["LOCATION"]
-        client = async_redis(
-            location if isinstance(location, str) else location[0],
-            Sentinels.of_cache(cache.get("OPTIONS", {})),
-        )
-        _async_clients[loop] = client
-    return client
-
-
-def _cache_is_redis() -> bool:
-    # From the settings, not `caches["default"]`, which builds a cache object in every new
-    # thread and asyncio context.
-    return str(settings.CACHES["default"]["BACKEND"]).split(".")[0] == "django_redis"
-
-
-def mark_redis_down() -> None:
-    global _redis_down_until
-    with _state_lock:
-        _redis_down_until = time.monotonic() + REDIS_RETRY_SECONDS
 
 
 @receiver(setting_changed)
 def _caches_changed(*, setting: str, **kwargs: Any) -> None:
-    # A new cache configuration is a new Redis: forget what the breaker knew about the old one.
-    global _redis_down_until, _script_sha
+    # A new cache configuration is a new Redis, which has not loaded the script.
+    global _script_sha
     if setting == "CACHES":
-        _redis_down_until = 0.0
         _script_sha = None
-        _async_clients.clear()
-        _sync_clients.clear()
 
 
 class _LocalBuckets:

@@ -10,7 +10,7 @@ rules of its own.
 Every host the relay reads (Host, a trusted X-Forwarded-Host) goes through `parse_host`, the one
 parser: a request whose host it refuses (user info, a port that is no number in 1-65535, two
 Host lines) is answered 400 on every path before any view (`host_error`, asked by
-buzzrelay.connection_limits.HostCheck), and names no community anywhere.
+relaycore.connection_limits.HostCheck), and names no community anywhere.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def client_address(address: RequestAddress) -> str:
 
 def in_networks(client: str, networks: tuple[str, ...]) -> bool:
     """Whether the client address `client` (client_address's answer) is in one of `networks`
-    (validated CIDR strings, buzzrelay.config); an address that is no IP is in none."""
+    (validated CIDR strings, relaycore.config); an address that is no IP is in none."""
     try:
         parsed = ip_address(client)
     except ValueError:

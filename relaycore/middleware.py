@@ -1,10 +1,10 @@
 """What every answer Django renders shares (PROTOCOL.md section 3): CORS, and JSON failures.
 
-The relay's API views (`buzzrelay.edge`) run their own pipeline: community, limits, NIP-98 and
+The relay's API views (`relaycore.edge`) run their own pipeline: community, limits, NIP-98 and
 every refusal. Here: a CORS preflight is answered without authentication, every answer carries
 the CORS headers, and no failure leaves as an HTML page: a database that is down or a statement
 that ran out of budget is a 503 JSON, anything unexpected a 500 JSON without a traceback. The
-body's size is bounded before Django sees the request (`buzzrelay.body_limit`).
+body's size is bounded before Django sees the request (`relaycore.body_limit`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOpera
 from django.db import DatabaseError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 
-from artifacts.db import is_statement_timeout
-from buzzrelay.http import CORS_HEADERS, json_error
+from relaycore.db import is_statement_timeout
+from relaycore.http import CORS_HEADERS, json_error
 
 logger = logging.getLogger(__name__)
 

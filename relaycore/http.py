@@ -1,5 +1,5 @@
 """HTTP helpers every endpoint shares: JSON answers, CORS, and the public address rules of
-buzzrelay.addressing read from a Django request."""
+relaycore.addressing read from a Django request."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 from django.http import HttpRequest, HttpResponse
 
-from buzzrelay import addressing
-from buzzrelay.addressing import RequestAddress
+from relaycore import addressing
+from relaycore.addressing import RequestAddress
 
 CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
@@ -39,7 +39,7 @@ def json_error(
 
 
 def client_address(request: HttpRequest) -> str:
-    """The client's IP (buzzrelay.addressing)."""
+    """The client's IP (relaycore.addressing)."""
     return addressing.client_address(_address(request))
 
 

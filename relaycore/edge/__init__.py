@@ -2,7 +2,7 @@
 
 PROTOCOL.md section 3 in the order it gives, written once in `views.RelayAPIView`:
 
-1. body size (413): `buzzrelay.body_limit` in front of everything, and the parser again;
+1. body size (413): `relaycore.body_limit` in front of everything, and the parser again;
 2. community from the host (404): `communities.community_for_host`;
 3. the per-client-address limit, before any signature is verified: `AddressRateThrottle`;
 4. NIP-98 (401, `WWW-Authenticate: Nostr`): `Nip98Authentication`, the replay claim inside;

@@ -10,6 +10,13 @@ import psycopg
 from django.db import models
 from psycopg import errors as pg_errors
 
+# The primary's alias: models, migrations, writes and rounds stay on it (buzzrelay.db_router);
+# the reads that may lag name the replica themselves (artifacts.selectors.standby).
+PRIMARY = "default"
+# A connection idle this long is checked (a round trip) before its next use; one in steady use
+# is not (the database threads' and the server loop's pool alike).
+RECENT_SECONDS = 2.0
+
 # Keys of DATABASES[...]["OPTIONS"] that Django's PostgreSQL backend consumes itself: libpq
 # would reject them as connection parameters. Every other key (application_name,
 # connect_timeout, sslmode, ...) is libpq's and is passed through.

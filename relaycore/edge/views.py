@@ -11,8 +11,11 @@ throttles await Redis instead of blocking it.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from rest_framework import exceptions
 from rest_framework.request import Request
@@ -20,18 +23,42 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
-from artifacts.models import Community
-from artifacts.selectors.async_reads import lookup_community
-from artifacts.selectors.communities import community_for_host
-from artifacts.ws.dbcall import run_db
-from buzzrelay.edge.authentication import Nip98Authentication
-from buzzrelay.edge.exceptions import UnknownCommunity
-from buzzrelay.edge.parsers import BoundedBytesParser, request_body
-from buzzrelay.edge.renderers import JSONBytesRenderer, OnlyRenderer
-from buzzrelay.edge.throttling import AddressRateThrottle, PubkeyRateThrottle
-from buzzrelay.http import request_host
+from relaycore.dbthreads import run_db
+from relaycore.edge.exceptions import UnknownCommunity
+from relaycore.edge.nip98 import Nip98Authentication
+from relaycore.edge.parsers import BoundedBytesParser, request_body
+from relaycore.edge.renderers import JSONBytesRenderer, OnlyRenderer
+from relaycore.edge.throttling import AddressRateThrottle, PubkeyRateThrottle
+from relaycore.http import request_host
 
-__all__ = ["RelayAPIView", "on_server_loop"]
+__all__ = ["CommunityLookup", "RelayAPIView", "on_server_loop", "use_community_lookup"]
+
+
+@dataclass(frozen=True)
+class CommunityLookup:
+    """How the community served at a host is found (None: no community there): `on_thread`
+    with the synchronous driver on a database thread, `on_loop` on the server loop's asyncio
+    pool. Communities are the artifacts app's; it hands its lookup to the edge when Django
+    starts (`artifacts.apps`), so the edge, on the ground floor, imports no app."""
+
+    on_thread: Callable[[str], Any]
+    on_loop: Callable[[str], Awaitable[Any]]
+
+
+_community_lookup: CommunityLookup | None = None
+
+
+def use_community_lookup(lookup: CommunityLookup) -> None:
+    global _community_lookup
+    _community_lookup = lookup
+
+
+def _lookup() -> CommunityLookup:
+    if _community_lookup is None:
+        raise ImproperlyConfigured(
+            "no community lookup: artifacts (which gives it) is not in INSTALLED_APPS"
+        )
+    return _community_lookup
 
 
 def on_server_loop(request: Request) -> bool:
@@ -105,7 +132,7 @@ class RelayAPIView(APIView):
             response.renderer_context = {}
 
     async def pipeline(self, request: Request) -> HttpResponseBase:
-        """PROTOCOL.md section 3 (the body's 413 came first, in `buzzrelay.body_limit`)."""
+        """PROTOCOL.md section 3 (the body's 413 came first, in `relaycore.body_limit`)."""
         if request.method == "OPTIONS":
             return HttpResponse(status=204)  # CORS preflight: no authentication
         if (request.method or "").lower() not in self.http_method_names:
@@ -130,21 +157,21 @@ class RelayAPIView(APIView):
             await self.throttle(request, PubkeyRateThrottle())
         return await self.serve(request, parsed)
 
-    async def community(self, request: Request) -> Community:
+    async def community(self, request: Request) -> Any:
         """The community served at the request's host (404 otherwise), read on every request:
         a host may be given to another community at any time."""
         host = request_host(request._request)
         if on_server_loop(request):
             community = await self.community_on_loop(host)
         else:
-            community = await run_db(community_for_host, host)
+            community = await run_db(_lookup().on_thread, host)
         if community is None:
             raise UnknownCommunity
         return community
 
-    async def community_on_loop(self, host: str) -> Community | None:
+    async def community_on_loop(self, host: str) -> Any:
         """The lookup on the server loop's asyncio pool (a view may fold it into its work)."""
-        return await lookup_community(host)
+        return await _lookup().on_loop(host)
 
     async def release(self) -> None:
         """Give back what `community_on_loop` kept for the request (nothing by default)."""

@@ -1,5 +1,5 @@
 """ASGI middleware: every HTTP request's duration by endpoint and status, and the WebSocket
-connections, as Prometheus metrics (relayinfo.metrics; summed over the workers at /metrics).
+connections, as Prometheus metrics (relaycore.metrics; summed over the workers at /metrics).
 
 Outermost in `buzzrelay.asgi.build_application()`, so it times what a client waits for: static
 files, the front door and Django alike, from the request's arrival to the last byte sent. The
@@ -10,20 +10,14 @@ client cannot grow the label space with made-up paths.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from relayinfo.metrics import (
+from relaycore.asgi_types import ASGIApp, Message, Receive, Scope, Send
+from relaycore.metrics import (
     WEBSOCKET_CONNECTIONS,
     WEBSOCKET_CONNECTIONS_OPENED,
     record_http_request,
 )
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Paths outside the URL map: WhiteNoise's static files, answered before Django (their own label
 # however many files there are).

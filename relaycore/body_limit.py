@@ -13,21 +13,15 @@ while reading it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import orjson
 from django.conf import settings
 
-from buzzrelay.http import CORS_HEADERS
+from relaycore.asgi_types import ASGIApp, Message, Receive, Scope, Send
+from relaycore.http import CORS_HEADERS
 
 __all__ = ["BodyTooLarge", "ClientDisconnected", "RequestBodyLimit", "read_body"]
 
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _CORS = tuple((name.lower().encode(), value.encode()) for name, value in CORS_HEADERS.items())
 

@@ -17,8 +17,8 @@ from ipaddress import ip_network
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from buzzrelay.redis_topology import Sentinels
 from nostr.schnorr import is_valid_secret, pubkey_from_secret
+from relaycore.redis_topology import Sentinels
 
 
 class ConfigError(Exception):
@@ -36,7 +36,7 @@ class DatabaseConfig:
 
     def django_settings(self) -> dict[str, object]:
         """This URL as a Django `DATABASES` entry (settings.py adds the relay's own options and
-        pooling; `artifacts.db.psycopg_connect_kwargs` turns an entry into libpq arguments)."""
+        pooling; `relaycore.db.psycopg_connect_kwargs` turns an entry into libpq arguments)."""
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": self.name,
@@ -66,7 +66,7 @@ class Config:
     # Server-side prepared statements for the reads' hot statements (off behind a transaction-mode
     # pooler that does not track them).
     database_prepared_statements: bool
-    # The relay's DRF views served by the front door (buzzrelay.edge.front_door); off, through
+    # The relay's DRF views served by the front door (relaycore.edge.front_door); off, through
     # Django's ASGI handler and middleware (same views, same answers, slower).
     front_door: bool
     # Writes on the server loop share transactions (artifacts.services.group_commit); off, each

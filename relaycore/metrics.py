@@ -21,33 +21,20 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import re
 import threading
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from django.core.cache import cache
 from prometheus_client import (
-    CONTENT_TYPE_PLAIN_0_0_4,
-    REGISTRY,
-    CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
-    ProcessCollector,
-    generate_latest,
     multiprocess,
     values,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
-
-from artifacts.selectors.sync_epoch import current_sync_state
-from artifacts.services.stamp_lag import stamp_lag_summary
-from relayinfo.readiness import evaluate_readiness
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +43,7 @@ FLUSH_SECONDS = 5.0
 # wait on socket timeouts to count itself.
 BACKOFF_SECONDS = 30.0
 BUCKET_TTL_SECONDS = 2 * 3600
-KEY_PREFIX = "buzz:metrics:v1"
+CACHE_KEY_PREFIX = "buzz:metrics:v1"
 # Counters summed across processes; rows and fence lag are kept in integer microseconds or rows.
 COUNTERS = ("pages", "resets", "rounds", "rows", "fence_sum_us")
 MAXIMA = ("rows_max", "fence_max_us")
@@ -136,22 +123,22 @@ _ROUNDS_BY_KIND = {kind: ROUNDS.labels(kind) for kind in ROUND_KINDS}
 HUB_DROPS_LOST = HUB_DROPS.labels("lost")
 HUB_DROPS_STALE = HUB_DROPS.labels("stale")
 HUB_DROPS_SLOW_CLIENT = HUB_DROPS.labels("slow_client")
-# (endpoint, status) -> bound child: endpoints are a fixed set (buzzrelay.request_metrics) and
+# (endpoint, status) -> bound child: endpoints are a fixed set (relaycore.request_metrics) and
 # statuses few, so this stays small.
 _HTTP_DURATION_CHILDREN: dict[tuple[str, int], Any] = {}
 
 
-def _multiprocess_dir() -> str | None:
+def multiprocess_directory() -> str | None:
     return os.environ.get(MULTIPROC_DIR_VARIABLE) or os.environ.get(
         MULTIPROC_DIR_VARIABLE.lower()
     )
 
 
-if _multiprocess_dir() and values.ValueClass._multiprocess:
+if multiprocess_directory() and values.ValueClass._multiprocess:
     # A worker that exits leaves its live gauges (open WebSockets) behind otherwise. The
     # directory is passed as it is now: `buzz-admin serve` unsets the variable (and removes its
     # temporary directory) before the process exits, and the call would then fail at exit.
-    atexit.register(multiprocess.mark_process_dead, os.getpid(), _multiprocess_dir())
+    atexit.register(multiprocess.mark_process_dead, os.getpid(), multiprocess_directory())
 
 
 @dataclass
@@ -263,7 +250,7 @@ def flush_metrics() -> None:
 
 
 def _key(minute: int, name: str) -> str:
-    return f"{KEY_PREFIX}:{minute}:{name}"
+    return f"{CACHE_KEY_PREFIX}:{minute}:{name}"
 
 
 def _cause_key(cause: str) -> str:
@@ -427,101 +414,3 @@ def process_totals() -> ProcessTotals:
         value(PAGES), total(_RESETS_BY_CAUSE), total(_ROUNDS_BY_KIND), value(ROWS),
         value(NIP98_CHECKS), value(FRONT_DOOR_REQUESTS),
     )
-
-
-def stamp_lag(window_seconds: int = 3600) -> dict[str, float | int | None] | None:
-    """The writers' stamp-to-commit lag over the window: {max_ms, p99_ms, samples}, or None."""
-    try:
-        return dict(stamp_lag_summary(window_seconds=window_seconds))
-    except Exception as exc:
-        logger.warning("stamp lag unavailable: %s", exc)
-        return None
-
-
-class DeploymentCollector:
-    """The deployment's state at scrape time (the database's, the same from every worker):
-    readiness per item, the fleet, the sync epoch."""
-
-    def collect(self) -> Iterator[Metric]:
-        report = evaluate_readiness()
-        ready = GaugeMetricFamily("buzz_deployment_ready", "1 while PROTOCOL.md section 7 holds")
-        ready.add_metric([], int(report.ready))
-        yield ready
-        checks = GaugeMetricFamily(
-            "buzz_readiness_check", "1 per passing readiness item", labels=["item", "check"]
-        )
-        for check in report.checks:
-            checks.add_metric([str(check.item), check.id], int(check.passed))
-        yield checks
-        if report.fleet is not None:
-            live = GaugeMetricFamily("buzz_fleet_live_instances",
-                                     "Registered relay instances seen recently")
-            live.add_metric([], len(report.fleet.live_instances))
-            yield live
-            connections = GaugeMetricFamily("buzz_fleet_relay_connections",
-                                            "Database connections named buzzrelay/...")
-            connections.add_metric([], len(report.fleet.connections))
-            yield connections
-        try:
-            epoch, _identity = current_sync_state()
-        except Exception:
-            return
-        family = GaugeMetricFamily("buzz_sync_epoch", "The database's sync epoch")
-        family.add_metric([], epoch)
-        yield family
-
-
-_WORKER_FILE = re.compile(r"^[a-z_]+?_(\d+)\.db$")
-
-
-class WorkerProcessCollector:
-    """The standard `process_*` metrics (CPU, memory, open files, start time) of every worker
-    whose files are in the multiprocess directory and that is still running, labelled `pid`:
-    prometheus_client's own process collector sees only the worker answering the scrape."""
-
-    def __init__(self, directory: str) -> None:
-        self.directory = Path(directory)
-
-    def collect(self) -> Iterator[Metric]:
-        pids = sorted({
-            int(match[1]) for path in self.directory.glob("*.db")
-            if (match := _WORKER_FILE.match(path.name))
-        })
-        merged: dict[str, Metric] = {}
-        for pid in pids:
-            if not Path(f"/proc/{pid}").exists():
-                continue
-            collector = ProcessCollector(pid=_pid_of(pid), registry=None)
-            for family in collector.collect():
-                target = merged.setdefault(
-                    family.name, Metric(family.name, family.documentation, family.type)
-                )
-                for sample in family.samples:
-                    target.add_sample(sample.name, {**sample.labels, "pid": str(pid)},
-                                      sample.value)
-        yield from merged.values()
-
-
-def _pid_of(pid: int) -> Callable[[], int]:
-    return lambda: pid
-
-
-def prometheus_exposition() -> tuple[bytes, str]:
-    """The /metrics answer and its content type: every worker's counters and histograms (summed
-    in multiprocess mode), each worker's process metrics, and the deployment's gauges."""
-    registry = CollectorRegistry()
-    directory = _multiprocess_dir()
-    # The mode prometheus_client chose when it was imported (the directory may have been set
-    # later, e.g. by `manage.py serve` after Django's set-up: then this process counts in memory).
-    if directory and values.ValueClass._multiprocess:
-        multiprocess.MultiProcessCollector(registry, path=directory)
-        registry.register(WorkerProcessCollector(directory))
-        body = generate_latest(registry)
-    else:
-        # One process (tests, manage.py): the default registry has its metrics and process_*.
-        body = generate_latest(REGISTRY)
-    deployment = CollectorRegistry()
-    deployment.register(DeploymentCollector())
-    # The classic text format (version 0.0.4), which every Prometheus reads: the names here
-    # need none of 1.0.0's escaping.
-    return body + generate_latest(deployment), CONTENT_TYPE_PLAIN_0_0_4

@@ -3,7 +3,7 @@
 Channels' `database_sync_to_async` is thread-sensitive: every call of every connection in the
 process would queue on ONE thread. Pages, replays, ingests and access loads are independent, so
 they run on a small pool of threads of their own instead. Each thread keeps its Django
-connection from one call to the next, so at most `WS_DB_THREADS` connections per process serve
+connection from one call to the next, so at most `DB_THREADS` connections per process serve
 the event loop, and a call pays no pool checkout (whose health check is a round trip: 10% of a
 round's time in a profile). A connection that failed, sat idle for RECENT_SECONDS, or was
 spoken to by the server while idle (a restart ends every session with a message) is checked
@@ -21,11 +21,11 @@ from functools import wraps
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from artifacts.db import server_spoke_while_idle
+from relaycore.db import RECENT_SECONDS, server_spoke_while_idle
 
-__all__ = ["WS_DB_THREADS", "run_db", "stop_threads"]
+__all__ = ["DB_THREADS", "run_db", "stop_threads"]
 
-WS_DB_THREADS = 8
+DB_THREADS = 8
 
 _executor: ThreadPoolExecutor | None = None
 
@@ -33,7 +33,7 @@ _executor: ThreadPoolExecutor | None = None
 def _pool() -> ThreadPoolExecutor:
     global _executor
     if _executor is None:
-        _executor = ThreadPoolExecutor(max_workers=WS_DB_THREADS, thread_name_prefix="buzz-ws-db")
+        _executor = ThreadPoolExecutor(max_workers=DB_THREADS, thread_name_prefix="buzz-db")
     return _executor
 
 
@@ -46,9 +46,6 @@ def _with_connection[**P, R](fn: Callable[P, R]) -> Callable[P, R]:
     return call
 
 
-# A connection idle this long is checked (a round trip) before its thread's next call: the
-# pool's own check skipped for connections in steady use, as the edge's asyncio pool does.
-RECENT_SECONDS = 2.0
 _last_call = threading.local()
 
 
@@ -71,7 +68,8 @@ def _replace_broken_connections() -> None:
 
 
 async def run_db[**P, R](fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
-    """`fn(*args, **kwargs)` on the WebSocket database pool."""
+    """`fn(*args, **kwargs)` on the database threads: the event loop's way to the synchronous
+    ORM (the HTTP edge, NIP-98 claims, the WebSocket)."""
     call = sync_to_async(_with_connection(fn), thread_sensitive=False, executor=_pool())
     return await call(*args, **kwargs)
 
@@ -86,12 +84,12 @@ def stop_threads() -> None:
     # which then closes them). A thread's connection does not close when the thread ends: a
     # pooled one stays checked out, and dropping the database behind it is refused. The
     # barrier keeps every task on a thread of its own, so the close runs on each of them.
-    everyone = threading.Barrier(WS_DB_THREADS)
+    everyone = threading.Barrier(DB_THREADS)
 
     def close_own() -> None:
         connections.close_all()
         everyone.wait(timeout=30)
 
-    for closing in [executor.submit(close_own) for _ in range(WS_DB_THREADS)]:
+    for closing in [executor.submit(close_own) for _ in range(DB_THREADS)]:
         closing.result()
     executor.shutdown(wait=True)
