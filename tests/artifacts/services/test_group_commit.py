@@ -20,7 +20,6 @@ import pytest
 from django.db import connection
 from psycopg.pq import TransactionStatus
 
-from artifacts.db import psycopg_connect_kwargs
 from artifacts.models import ArtifactHead, ArtifactRevision, ChannelMember, Community, Event
 from artifacts.selectors.fence import FENCE_STATEMENT, prepare_fence
 from artifacts.services import transactions
@@ -29,6 +28,7 @@ from artifacts.services.group_commit import ConnectionSource, GroupCommit
 from artifacts.services.ingest import IngestResult, check_event
 from artifacts.ws.publish import community_group, current_sequence, finish_publishing
 from nostr.events import Event as NostrEvent
+from relaycore.db import psycopg_connect_kwargs
 from tests.factories import Key, artifact_tags, make_channel, make_community, make_key, signed_event
 
 pytestmark = pytest.mark.django_db(transaction=True)
