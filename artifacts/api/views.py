@@ -12,7 +12,6 @@ from typing import Any
 
 import orjson
 import psycopg
-from django.conf import settings
 from django.http import HttpResponse, HttpResponseBase
 from drf_spectacular.utils import extend_schema
 from psycopg_pool import AsyncConnectionPool
@@ -187,13 +186,11 @@ class EventView(RelayAPIView):
         community = request.community  # type: ignore[attr-defined]
         pubkeys = (request.user.pubkey,)
         if self._conn is not None:
-            if settings.RELAY_GROUP_COMMIT:
-                # The write joins the loop's next batch, which brings its own connection:
-                # this one would only sit idle while the write waits (and a pool of idle
-                # waiters could starve the batch of one).
-                await self.release()
+            # With group commit, a write that must wait for the next batch gives the
+            # connection back first (`release`): it would only sit idle meanwhile.
             result = await ingest_on_loop(
-                community=community, raw=parsed, authenticated_pubkeys=pubkeys, conn=self._conn
+                community=community, raw=parsed, authenticated_pubkeys=pubkeys, conn=self._conn,
+                release=self.release,
             )
         else:
             result = await run_db(

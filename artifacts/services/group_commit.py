@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -70,18 +70,57 @@ class GroupCommit:
         self._max_events = max_events
         self._queue: deque[_Waiting] = deque()
         self._runner: asyncio.Task[None] | None = None  # held: a loop holds tasks weakly
+        self._busy = False  # a lone write is in flight on its caller's connection (`_alone`)
         self.batches = 0  # batches committed or tried, for tests and benchmarks
 
-    async def apply(self, *, community_id: int, event: Event, now: int) -> IngestResult:
+    async def apply(
+        self,
+        *,
+        community_id: int,
+        event: Event,
+        now: int,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+        release: Callable[[], Awaitable[None]] | None = None,
+    ) -> IngestResult:
         """Write `event` (checked by `ingest.check_event`) in the next batch; its answer once
         that batch committed. Cancelling the caller does not take the write out of a batch
-        already running (it is then committed or refused all the same, unanswered)."""
+        already running (it is then committed or refused all the same, unanswered).
+
+        `conn`: an idle connection the caller holds (left idle). When nothing is in flight or
+        waiting, the write goes at once on it, alone, in the caller's task: a lone write
+        costs what it did without batching. Otherwise the write waits for the next batch, and
+        `release` (which gives `conn` back) is awaited first: a pool of idle waiters could
+        starve the batch of a connection."""
         loop = asyncio.get_running_loop()
-        waiting = _Waiting(Write(community_id, event, now), loop.create_future())
+        write = Write(community_id, event, now)
+        if conn is not None and self._runner is None and not self._busy and not self._queue:
+            return await self._alone(loop, conn, write)
+        waiting = _Waiting(write, loop.create_future())
         self._queue.append(waiting)
-        if self._runner is None:
+        if self._runner is None and not self._busy:
             self._runner = loop.create_task(self._run())
+        if release is not None:
+            await release()
         return await waiting.answer
+
+    async def _alone(
+        self, loop: asyncio.AbstractEventLoop, conn: psycopg.AsyncConnection[Any], write: Write
+    ) -> IngestResult:
+        """A batch of one on the caller's connection; the writes that arrive meanwhile wait,
+        and a batch for them starts once it is done."""
+        self._busy = True
+        try:
+            self.batches += 1
+            (outcome,) = await apply_batch_async(conn, [write])
+        finally:
+            self._busy = False
+            if self._queue and self._runner is None:
+                self._runner = loop.create_task(self._run())
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if outcome.failure is None:
+            note_used(conn)
+        return outcome
 
     async def _run(self) -> None:
         try:

@@ -7,7 +7,7 @@ the next."""
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 import psycopg
@@ -30,12 +30,13 @@ async def ingest_on_loop(
     authenticated_pubkeys: Collection[str],
     parsed: dict[str, Any] | None = None,
     conn: psycopg.AsyncConnection[Any] | None = None,
+    release: Callable[[], Awaitable[None]] | None = None,
 ) -> IngestResult:
-    """`ingest.ingest_event` from the loop. Without group commit, `conn`, when given, is an
-    idle connection of the loop's pool the caller holds (left idle), else one is taken from the
-    pool; with it, the batch writes on a connection of its own and `conn` is not used (a caller
-    that can should give its connection back to the pool before: it would sit idle while the
-    write waits for its batch)."""
+    """`ingest.ingest_event` from the loop. `conn`, when given, is an idle connection of the
+    loop's pool the caller holds (left idle), else one is taken from the pool. With group
+    commit, a write that finds nothing in flight goes at once on `conn`; one that must wait
+    for the next batch awaits `release` (which gives `conn` back) first
+    (`GroupCommit.apply`)."""
     now = int(time.time())
     checked = check_event(
         community=community, raw=raw, authenticated_pubkeys=authenticated_pubkeys, now=now,
@@ -44,7 +45,8 @@ async def ingest_on_loop(
     if isinstance(checked, IngestResult):
         return checked
     if settings.RELAY_GROUP_COMMIT:
-        return await group_commit().apply(community_id=community.pk, event=checked, now=now)
+        return await group_commit().apply(
+            community_id=community.pk, event=checked, now=now, conn=conn, release=release)
     if conn is not None:
         return await _write(conn, community, checked, now)
     try:

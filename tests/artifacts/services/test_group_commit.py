@@ -309,3 +309,48 @@ def test_a_batch_goes_out_live_in_one_numbered_message() -> None:
     results, batches = _in_one_batch(community, [_create(author, h, n=n) for n in range(5)])
     assert (batches, [r.message for r in results]) == (1, [""] * 5)
     assert current_sequence(group) == before + 1
+
+
+def test_a_lone_write_goes_on_its_callers_connection_and_later_ones_wait_for_the_next_batch(
+) -> None:
+    """Nothing in flight: the write goes at once on the connection its caller holds. Writes that
+    arrive meanwhile give their connections back and wait; the next batch (on the batcher's own
+    connection) carries them all, after the first committed (the update of its head wins)."""
+    community = make_community("lone.example")
+    author = make_key()
+    h = make_channel(community, owner=author)
+    d = str(uuid.uuid4())
+    create = _create(author, h, d)
+    later = [_update(author, h, d, create["id"]), _create(author, h), _create(author, h)]
+    now = int(time.time())
+
+    async def run() -> tuple[list[IngestResult], int, list[int]]:
+        callers = [await _connect() for _ in range(1 + len(later))]
+        own = await _connect()
+        released: list[int] = []
+        committer = GroupCommit(_lent(own))
+
+        def writing(index: int, event: dict[str, Any]) -> Any:
+            async def release() -> None:
+                released.append(index)
+
+            return committer.apply(community_id=community.pk, now=now, conn=callers[index],
+                                   release=release, event=_checked(community, event, now))
+
+        try:
+            first = asyncio.create_task(writing(0, create))
+            await asyncio.sleep(0)  # the lone write is in flight on its caller's connection
+            results = await asyncio.gather(first, *(
+                writing(index, event) for index, event in enumerate(later, start=1)))
+            for conn in (*callers, own):
+                assert conn.info.transaction_status == TransactionStatus.IDLE
+            await finish_publishing()
+            return results, committer.batches, released
+        finally:
+            for conn in (*callers, own):
+                await conn.close()
+
+    results, batches, released = asyncio.run(run())
+    assert [r.message for r in results] == ["", "", "", ""]
+    assert (batches, released) == (2, [1, 2, 3])
+    assert ArtifactHead.objects.get(community=community, artifact_id=d).event_id == later[0]["id"]
