@@ -4,10 +4,12 @@ While one batch's transaction is in flight, the writes that arrive (over `POST /
 WebSocket EVENT alike: both come through `artifacts.ws.loop_ingest`) wait for the next one,
 which carries all of them (at most MAX_BATCH_EVENTS): one BEGIN and one COMMIT for the batch,
 each write's statements pipelined with its neighbour's (`async_ingest.apply_batch_async`), and
-each write's answer only after that COMMIT. Nothing waits on a timer: a write that finds no
-batch in flight starts one at once, alone, on the next turn of the loop; only writes that arrive
-while a transaction is open wait, and only for it. So an idle relay answers a lone write as it
-did before, and a busy one commits (and flushes its WAL) once per batch instead of once per write.
+each write's answer only after that COMMIT. Nothing waits on a timer: a write that finds
+nothing in flight goes at once, alone (on the connection its request holds, in its own task; a
+WebSocket write, which holds none, on the batcher's on the next turn of the loop); only writes
+that arrive while a transaction is open wait, and only for it. So an idle relay answers a lone
+write as it did before, and a busy one commits (and flushes its WAL) once per batch instead of
+once per write.
 
 The batch answers exactly as one-at-a-time application in arrival order would
 (`apply_batch_async` says how), so callers cannot tell the difference but by the time it takes.
