@@ -72,20 +72,27 @@ def cpu_by_thread() -> dict[str, float]:
     return spent
 
 
-async def writes(app: Any, requests: list[tuple[bytes, str]]) -> None:
-    for body, authorization in requests:
-        status, raw = await post(app, body, authorization, path="/event")
-        if status != 200 or b',true,""]' not in raw:
-            raise RuntimeError(f"/event answered {status}: {raw[:300]!r}")
+async def writes(app: Any, requests: list[tuple[bytes, str]], concurrency: int = 1) -> None:
+    """`requests` in `concurrency` lanes at once, each lane one request after another."""
+
+    async def lane(requests: list[tuple[bytes, str]]) -> None:
+        for body, authorization in requests:
+            status, raw = await post(app, body, authorization, path="/event")
+            if status != 200 or b',true,""]' not in raw:
+                raise RuntimeError(f"/event answered {status}: {raw[:300]!r}")
+
+    await asyncio.gather(*(lane(requests[i::concurrency]) for i in range(concurrency)))
 
 
-def relay_run(loop: asyncio.AbstractEventLoop, app: Any, requests: list[tuple[bytes, str]]
-              ) -> dict[str, float]:
-    """CPU ms per write by thread group for one run of `requests`."""
+def relay_run(loop: asyncio.AbstractEventLoop, app: Any, requests: list[tuple[bytes, str]],
+              concurrency: int = 1) -> dict[str, float]:
+    """CPU ms per write by thread group for one run of `requests` (and "wall ms" a write)."""
     from artifacts.ws.publish import finish_publishing
 
     before = cpu_by_thread()
-    loop.run_until_complete(writes(app, requests))
+    started = time.perf_counter()
+    loop.run_until_complete(writes(app, requests, concurrency))
+    wall = (time.perf_counter() - started) / len(requests) * 1000
     # The loop's publisher sends what the last writes handed it while the loop runs, so it
     # must finish before the loop stops for the floor: an INCR left pending past its timeout
     # opens the Redis breaker, and the next run's replay claims go to PostgreSQL. (A fixed
@@ -93,7 +100,11 @@ def relay_run(loop: asyncio.AbstractEventLoop, app: Any, requests: list[tuple[by
     loop.run_until_complete(finish_publishing(timeout=30.0))
     after = cpu_by_thread()
     n = len(requests)
-    return {group: (after[group] - before.get(group, 0.0)) / n * 1000 for group in after}
+    spent = {group: (after[group] - before.get(group, 0.0)) / n * 1000 for group in after}
+    return {**spent, WALL: wall}
+
+
+WALL = "wall ms"  # not a thread: the run's wall time a write (writes/s = 1000 / it)
 
 
 def floor_run(h: str, community_id: int, template: Any, n: int) -> float:
@@ -131,6 +142,10 @@ def main() -> int:
                         help="cProfile one more run (every thread; wall-clock times)")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--save", metavar="FILE", help="write the cProfile stats to FILE")
+    parser.add_argument("--concurrency", type=int, default=1,
+                        help="writes in flight at once (group commit batches only those)")
+    parser.add_argument("--group-commit-ab", action="store_true",
+                        help="alternate runs with RELAY_GROUP_COMMIT off and on, same process")
     args = parser.parse_args()
 
     with services() as svc:
@@ -155,6 +170,8 @@ def main() -> int:
 
         loop = asyncio.new_event_loop()
         loop.run_until_complete(writes(application, signed(300)))  # warm: pools, imports
+        if args.group_commit_ab:
+            return group_commit_ab(loop, application, signed, args, h, community.pk, template)
         runs: list[dict[str, float]] = []
         floors: list[float] = []
         for _ in range(args.runs):  # interleaved: relay, floor, relay, floor, ...
@@ -167,9 +184,9 @@ def main() -> int:
         profiler.disable()
         loop.close()
 
-    groups = sorted({group for run in runs for group in run},
+    groups = sorted({group for run in runs for group in run if group != WALL},
                     key=lambda g: -statistics.median(run.get(g, 0.0) for run in runs))
-    totals = [sum(run.values()) for run in runs]
+    totals = [sum(v for group, v in run.items() if group != WALL) for run in runs]
     floor = statistics.median(floors)
     rows: list[list[object]] = [
         [group, f"{statistics.median(run.get(group, 0.0) for run in runs):.3f}"]
@@ -189,6 +206,34 @@ def main() -> int:
     if args.profile:
         stats.sort_stats("tottime").print_stats(args.top)
         stats.sort_stats("cumulative").print_stats(args.top)
+    return 0
+
+
+def group_commit_ab(loop: asyncio.AbstractEventLoop, app: Any, signed: Any,
+                    args: argparse.Namespace, h: str, community_id: int, template: Any) -> int:
+    """`--group-commit-ab`: runs alternating off, on, floor, in this process (the setting is
+    read on every write), `--concurrency` writes in flight."""
+    from django.conf import settings
+
+    sides: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+    floors: list[float] = []
+    for _ in range(args.runs):
+        for side in sides:
+            settings.RELAY_GROUP_COMMIT = side == "on"
+            sides[side].append(relay_run(loop, app, signed(args.n), args.concurrency))
+        floors.append(floor_run(h, community_id, template, args.n))
+    loop.close()
+    floor = statistics.median(floors)
+    rows: list[list[object]] = []
+    for side, runs in sides.items():
+        cpu = statistics.median(sum(v for k, v in run.items() if k != WALL) for run in runs)
+        wall = statistics.median(run[WALL] for run in runs)
+        rows.append([f"group commit {side}", f"{cpu:.3f}", f"{cpu / floor:.2f}",
+                     f"{1000 / wall:.0f}", ", ".join(f"{1000 / run[WALL]:.0f}" for run in runs)])
+    rows.append(["floor (one at a time, one connection)", f"{floor:.3f}", "1.00", "-", "-"])
+    print(f"POST /event artifact creates, in-process, {args.concurrency} in flight: medians of"
+          f" {args.runs} x {args.n}, off / on / floor interleaved")
+    print_table(["relay", "CPU ms/write", "/ floor CPU", "writes/s", "per run"], rows)
     return 0
 
 

@@ -224,6 +224,8 @@ RELAY_BODY_TIMEOUT_SECONDS = CONFIG.body_timeout_seconds
 # The relay's API views (/query, /event, NIP-11) served on the event loop by the front door
 # (relaycore.edge.front_door); off, the same views through Django's handler and middleware.
 RELAY_FRONT_DOOR = CONFIG.front_door
+# Writes on the server loop share transactions (artifacts.services.group_commit).
+RELAY_GROUP_COMMIT = CONFIG.group_commit
 # Token buckets (PROTOCOL.md section 3): per client address before any signature is verified,
 # per pubkey after authentication; rate in requests per second, 0 turns a limit off.
 RELAY_RATE_LIMIT_ADDRESS_RATE = CONFIG.rate_limits.address_rate

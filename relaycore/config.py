@@ -69,6 +69,9 @@ class Config:
     # The relay's DRF views served by the front door (relaycore.edge.front_door); off, through
     # Django's ASGI handler and middleware (same views, same answers, slower).
     front_door: bool
+    # Writes on the server loop share transactions (artifacts.services.group_commit); off, each
+    # write is a transaction of its own, on a connection of its own.
+    group_commit: bool
     token_max_age_seconds: int
     # DATABASE_REPLICA_URL: a hot standby that may serve plain reads, history and WebSocket
     # replay (artifacts.selectors.standby), while it lags the primary by at most this much.
@@ -517,6 +520,7 @@ def read_config() -> Config:
         database_direct_url=_env("DATABASE_DIRECT_URL"),
         redis_sentinels=redis_sentinels,
         front_door=_bool("RELAY_FRONT_DOOR", True),
+        group_commit=_bool("RELAY_GROUP_COMMIT", True),
         token_max_age_seconds=_int("ARTIFACT_SYNC_TOKEN_MAX_AGE", 30 * 86400, minimum=60),
         replica=replica,
         replica_max_lag_ms=_int(

@@ -186,8 +186,11 @@ class EventView(RelayAPIView):
         community = request.community  # type: ignore[attr-defined]
         pubkeys = (request.user.pubkey,)
         if self._conn is not None:
+            # With group commit, a write that must wait for the next batch gives the
+            # connection back first (`release`): it would only sit idle meanwhile.
             result = await ingest_on_loop(
-                community=community, raw=parsed, authenticated_pubkeys=pubkeys, conn=self._conn
+                community=community, raw=parsed, authenticated_pubkeys=pubkeys, conn=self._conn,
+                release=self.release,
             )
         else:
             result = await run_db(

@@ -9,6 +9,10 @@ COMMIT, so an artifact write takes two round trips and a channel or membership c
 (the synchronous driver takes one per statement, eight for an artifact create, on a database
 thread the loop would hand the write to and wait for: docs/performance.md). Every kind the relay
 accepts is written here when the write comes in on the server loop.
+
+`apply_batch_async` is the group commit's driver (`group_commit`): several events in one
+transaction, each under a savepoint of its own, with exactly the answers and effects of applying
+them one at a time in their order.
 """
 
 from __future__ import annotations
@@ -16,11 +20,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
 import psycopg
 
 from artifacts.selectors.async_reads import roll_back
+from artifacts.services.artifact_revisions import Op, parse_envelope
 from artifacts.services.errors import WriteRefused
 from artifacts.services.ingest import (
     STEPS_HANDLERS,
@@ -32,14 +40,22 @@ from artifacts.services.stamp_lag import flush_lag_samples_async
 from artifacts.services.transactions import WriteContext, announce_commit, budget_statement
 from artifacts.services.write_steps import Batch, Rows, Statement, WriteSteps
 from nostr.events import Event
+from nostr.kinds import KIND_ARTIFACT
 from relaycore.steps import drive_async
 
-__all__ = ["apply_event_async"]
+__all__ = ["Write", "apply_batch_async", "apply_event_async"]
 
 logger = logging.getLogger(__name__)
 
 _BEGIN: Statement = ("BEGIN", ())
 _COMMIT: Statement = ("COMMIT", ())
+# One savepoint name, set before each write of a batch and released after it: these savepoints
+# never nest, so a refusal rolls back exactly its own write's statements. (A run of independent
+# creates nests one per write: `_drive_creates`.)
+_SAVEPOINT: Statement = ("SAVEPOINT buzz_write", ())
+_RELEASE: Statement = ("RELEASE SAVEPOINT buzz_write", ())
+_ROLLBACK_TO = "ROLLBACK TO SAVEPOINT "
+_SAVEPOINTS = ("SAVEPOINT ", "RELEASE SAVEPOINT ", _ROLLBACK_TO)
 
 
 async def apply_event_async(
@@ -100,7 +116,12 @@ async def _pipeline(conn: psycopg.AsyncConnection[Any], batch: Batch) -> list[Ro
         cursors = []
         for sql, params in batch:
             cursor = conn.cursor()
-            await cursor.execute(sql, params, prepare=True)
+            if not sql.startswith(_SAVEPOINTS):
+                await cursor.execute(sql, params, prepare=True)
+            elif sql.startswith(_ROLLBACK_TO):
+                await _execute_unwatched(cursor, sql)
+            else:  # named per write: not worth a prepared statement each
+                await cursor.execute(sql, params, prepare=False)
             cursors.append(cursor)
     # Leaving the pipeline block synced it: every result is in.
     return [
@@ -114,3 +135,200 @@ async def _roll_back_unless_broken(conn: psycopg.AsyncConnection[Any]) -> None:
     if not conn.closed:
         with contextlib.suppress(psycopg.OperationalError):
             await roll_back(conn)
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One checked event (`ingest.check_event`) waiting for its write transaction."""
+
+    community_id: int
+    event: Event
+    now: int
+
+
+# What a batch answers for each of its writes: its result, or the exception its write raised
+# (a bug, not a refusal or a database error: those are results).
+type Outcome = IngestResult | BaseException
+
+
+async def apply_batch_async(
+    conn: psycopg.AsyncConnection[Any], writes: Sequence[Write]
+) -> list[Outcome]:
+    """`apply_event_async` for each of `writes`, in one transaction on `conn` (autocommit,
+    idle; left idle): each write's answer only after the COMMIT.
+
+    Each write runs under a savepoint of its own, after the previous write ended (its finishing
+    statements ride in the pipeline of the next write's first batch, with the savepoint's
+    release), so a write sees exactly what the writes before it left, as if each had committed:
+    a refusal, a lost compare-and-swap or a duplicate rolls back to its savepoint and touches no
+    other write. Stamps are `statement_timestamp()`s of the batch's own statements, after its
+    BEGIN, as the fence requires. A database error anywhere (a lock or statement budget, a
+    deadlock with another process's batch, a constraint) rolls the whole batch back, and its
+    writes are applied again one at a time, in order, each in its own transaction: the errors
+    are then answered exactly as without batching. A lone write is `apply_event_async` itself.
+    """
+    if len(writes) == 1:
+        (write,) = writes
+        return [await _one(conn, write)]
+    try:
+        results, committed = await _drive_batch(conn, writes)
+    except Exception as exc:
+        await _roll_back_unless_broken(conn)
+        if not isinstance(exc, psycopg.Error):
+            logger.exception("a batch of %d writes failed; applying them one at a time",
+                             len(writes))
+        return [await _one(conn, write) for write in writes]
+    flush_due = False
+    for ctx, event in committed:
+        try:
+            flush_due = announce_commit(ctx) or flush_due
+        except Exception:
+            logger.exception("announcing the commit of %s failed", event.id)
+    if flush_due:
+        await flush_lag_samples_async(conn)
+    return list(results)
+
+
+async def _one(conn: psycopg.AsyncConnection[Any], write: Write) -> Outcome:
+    try:
+        return await apply_event_async(
+            conn, community_id=write.community_id, event=write.event, now=write.now
+        )
+    except Exception as exc:
+        return exc
+
+
+async def _drive_batch(
+    conn: psycopg.AsyncConnection[Any], writes: Sequence[Write]
+) -> tuple[list[IngestResult], list[tuple[WriteContext, Event]]]:
+    """Run `writes` in one transaction and commit it; their results and the contexts of the
+    accepted ones (to announce after the commit, in order). Raises on any database error,
+    leaving the transaction to the caller to roll back."""
+    batch = _Batch(time.monotonic(), [None] * len(writes), (_BEGIN, budget_statement()))
+    at = 0
+    while at < len(writes):
+        run = _independent_creates(writes, at)
+        if run > 1:
+            at += await _drive_creates(conn, batch, writes, at, run)
+        else:
+            await _drive_one(conn, batch, writes[at], at)
+            at += 1
+    await _pipeline(conn, (*batch.pending, _COMMIT))
+    results = [result for result in batch.results if result is not None]
+    assert len(results) == len(writes)
+    return results, batch.committed
+
+
+@dataclass(slots=True)
+class _Batch:
+    started: float
+    results: list[IngestResult | None]
+    # Statements still to send ahead of the next write's first batch: the BEGIN at first, then
+    # what ends the writes before (their finishing batches and releases, or rollbacks).
+    pending: Batch
+    committed: list[tuple[WriteContext, Event]] = field(default_factory=list)
+
+    def accept(self, index: int, ctx: WriteContext, event: Event) -> None:
+        self.results[index] = IngestResult(event.id, True, "")
+        self.committed.append((ctx, event))
+
+
+async def _drive_one(
+    conn: psycopg.AsyncConnection[Any], batch: _Batch, write: Write, index: int
+) -> None:
+    """One write under a savepoint of its own, its first batch behind what `batch.pending`
+    holds; leaves what ends it in `batch.pending`."""
+    event = write.event
+    ctx = WriteContext(community_id=write.community_id, started=batch.started)
+    steps = STEPS_HANDLERS[event.kind](ctx=ctx, event=event, now=write.now)
+    try:
+        statements = next(steps)  # what needs no database (the envelope) is refused before it
+    except WriteRefused as exc:
+        batch.results[index] = refusal(event.id, exc)
+        return
+    sent = await _pipeline(conn, (*batch.pending, _SAVEPOINT, *statements))
+    rows = sent[len(batch.pending) + 1:]
+    batch.pending = ()
+    try:
+        while True:
+            statements = steps.send(rows)
+            rows = await _pipeline(conn, statements)
+    except StopIteration as done:
+        batch.pending = (*done.value, _RELEASE)
+        batch.accept(index, ctx, event)
+    except WriteRefused as exc:
+        batch.pending = ((_ROLLBACK_TO + "buzz_write", ()), _RELEASE)
+        batch.results[index] = refusal(event.id, exc)
+
+
+def _independent_creates(writes: Sequence[Write], start: int) -> int:
+    """How many writes from `start` on are artifact creates of distinct artifacts and events:
+    none reads what another writes (a create reads its own event's row, its author's standing
+    and its own artifact's head, and writes only its event, revision and head), so their first
+    batches may all run before any of them finishes."""
+    artifacts: set[UUID] = set()
+    events: set[str] = set()
+    for write in writes[start:]:
+        event = write.event
+        if event.kind != KIND_ARTIFACT or event.id in events:
+            break
+        try:
+            envelope = parse_envelope(event)
+        except WriteRefused:
+            break
+        if envelope.op != Op.CREATE or envelope.artifact_id in artifacts:
+            break
+        artifacts.add(envelope.artifact_id)
+        events.add(event.id)
+    return len(events)
+
+
+async def _drive_creates(
+    conn: psycopg.AsyncConnection[Any], batch: _Batch, writes: Sequence[Write], start: int,
+    count: int,
+) -> int:
+    """`count` independent creates (`_independent_creates`) from `start`: every first batch in
+    one pipeline, each behind a savepoint of its own (nested), then every finishing batch in
+    the next. The first refusal rolls back to its savepoint, which takes the creates after it
+    with it: they are written again (the count returned is how many were decided)."""
+    statements = list(batch.pending)
+    started = []
+    for position, write in enumerate(writes[start:start + count]):
+        ctx = WriteContext(community_id=write.community_id, started=batch.started)
+        steps = STEPS_HANDLERS[write.event.kind](ctx=ctx, event=write.event, now=write.now)
+        first = next(steps)  # the envelope parsed in `_independent_creates`: not refused here
+        statements.append((f"SAVEPOINT buzz_create_{position}", ()))
+        started.append((ctx, steps, len(statements), len(first)))
+        statements.extend(first)
+    rows = await _pipeline(conn, tuple(statements))
+    finishing: list[Statement] = []
+    for position, (ctx, steps, offset, length) in enumerate(started):
+        event = writes[start + position].event
+        try:
+            steps.send(rows[offset:offset + length])
+        except StopIteration as done:
+            finishing.extend(done.value)
+            batch.accept(start + position, ctx, event)
+            continue
+        except WriteRefused as exc:
+            batch.results[start + position] = refusal(event.id, exc)
+            batch.pending = ((f"{_ROLLBACK_TO}buzz_create_{position}", ()), *finishing,
+                             ("RELEASE SAVEPOINT buzz_create_0", ()))
+            return position + 1
+        raise RuntimeError(f"the create {event.id} asked for a second batch")
+    batch.pending = (*finishing, ("RELEASE SAVEPOINT buzz_create_0", ()))
+    return count
+
+
+async def _execute_unwatched(cursor: psycopg.AsyncCursor[Any], sql: str) -> None:
+    """Send a ROLLBACK TO SAVEPOINT unprepared, and out of sight of psycopg's cache of prepared
+    statements: on a "ROLLBACK" command tag psycopg deallocates every statement the session
+    prepared (the fence's and the writes' own), which a rollback to a savepoint does not call
+    for (prepared statements are not transactional, and a write never changes the schema)."""
+    conn = cursor.connection
+    threshold = conn.prepare_threshold
+    conn.prepare_threshold = None
+    try:
+        await cursor.execute(sql, prepare=False)
+    finally:
+        conn.prepare_threshold = threshold

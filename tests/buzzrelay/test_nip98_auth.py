@@ -130,3 +130,22 @@ def test_unauthorized_response_shape() -> None:
     assert response.status_code == 401
     assert response["WWW-Authenticate"] == "Nostr"
     assert response.content == b'{"error":"unauthorized","message":"auth event has no u tag"}'
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claims_asked_in_one_turn_share_a_round_trip_and_keep_one_winner_per_id() -> None:
+    """Claims asked together go to Redis as one pipeline: each fresh id is claimed once, and of
+    two claims of one id in the same pipeline exactly one wins."""
+    import asyncio
+
+    ids = [uuid.uuid4().hex * 2 for _ in range(4)]
+    expires_at = int(time.time()) + 60
+
+    async def together() -> list[bool]:
+        return list(await asyncio.gather(*(
+            claim_async(event_id, expires_at=expires_at) for event_id in [*ids, ids[1]]
+        )))
+
+    answers = async_to_sync(together)()
+    assert answers == [True, True, True, True, False]  # Redis runs them in the asked order
+    assert async_to_sync(together)() == [False] * 5  # all claimed by now

@@ -5,14 +5,18 @@ redactions and channels), as the synchronous driver does, but each batch as one 
 parity machine applies every signed event (artifact writes; membership changes, which decide
 who may write where; redactions; channel creation, edits and deletion, which decide where
 anything can be written) to twin communities, one through each driver, and requires the same
-answer, the same stored state and the same access announcements; the rest test what only the
-pipeline could get wrong: the head read after the advisory lock is granted, a refused or failed
-write leaving the connection idle, the budgets, and the after-commit work on the server loop.
+answer, the same stored state and the same access announcements. The loop's twin writes
+through group commit (`group_commit.GroupCommit`), and the machine's bursts send several events
+at once, which share one transaction there while the other twin applies them one at a time, in
+the same order. The rest test what only the pipeline could get wrong: the head read after the
+advisory lock is granted, a refused or failed write leaving the connection idle, the budgets,
+and the after-commit work on the server loop (test_group_commit.py: what only a batch could).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections import Counter
@@ -46,6 +50,7 @@ from artifacts.models import (
 from artifacts.services import stamp_lag, transactions
 from artifacts.services.artifact_revisions import artifact_lock_key
 from artifacts.services.async_ingest import apply_event_async
+from artifacts.services.group_commit import GroupCommit
 from artifacts.services.ingest import (
     ACCEPTED_KINDS,
     RELAY_ONLY_KINDS,
@@ -79,23 +84,47 @@ def _checked(community: Community, event: dict[str, Any], now: int) -> NostrEven
 
 
 class Loop:
-    """One event loop and asyncio connection kept across a test's steps."""
+    """One event loop and asyncio connection kept across a test's steps; `write_together` goes
+    through a group commit on that connection."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.conn = self.loop.run_until_complete(_connect())
+        self.committer = GroupCommit(lambda: contextlib.nullcontext(self.conn))
 
     def write(self, community: Community, event: dict[str, Any], now: int) -> IngestResult:
         checked = _checked(community, event, now)
         result = self.loop.run_until_complete(
             apply_event_async(self.conn, community_id=community.pk, event=checked, now=now)
         )
+        self._settle()
+        return result
+
+    def write_together(
+        self, community: Community, events: list[dict[str, Any]], now: int
+    ) -> list[IngestResult]:
+        """`events` submitted in one turn of the loop: one batch (of at most the committer's
+        bound), whose answers come after its COMMIT."""
+        checked = [_checked(community, event, now) for event in events]
+        batches = self.committer.batches
+
+        async def together() -> list[IngestResult]:
+            return await asyncio.gather(*(
+                self.committer.apply(community_id=community.pk, event=event, now=now)
+                for event in checked
+            ))
+
+        results = self.loop.run_until_complete(together())
+        assert self.committer.batches == batches + 1  # they did share one transaction
+        self._settle()
+        return results
+
+    def _settle(self) -> None:
         # Left idle, whatever happened: the pool hands it to the next request as it is.
         assert self.conn.info.transaction_status == TransactionStatus.IDLE
         # The loop's publisher runs only while its loop does: let it number and send the
         # commit's announcement now (else its INCR times out and opens the Redis breaker).
         self.loop.run_until_complete(finish_publishing())
-        return result
 
     def close(self) -> None:
         self.loop.run_until_complete(self.conn.close())
@@ -154,6 +183,18 @@ def _state(community: Community) -> dict[str, Any]:
 
 ACCEPTED: Counter[str] = Counter()
 
+WRITE_ARGUMENTS: dict[str, Any] = {  # strategies, by the argument of `write` each draws
+    "op": st.sampled_from(("create", "update", "move", "delete", "restore")),
+    "artifact": st.integers(0, 5),
+    # Mostly writes the rules accept, so that sequences build long histories: h is the
+    # artifact's home (a move's next channel) unless `elsewhere`.
+    "elsewhere": st.integers(0, 3).map(lambda n: n == 0),
+    "prev": st.sampled_from(("head", "head", "head", "stale", "none")),
+    "kind_type": st.integers(0, 4).map(lambda n: "buzz.note" if n == 0 else "buzz.task"),
+    "outsider": st.integers(0, 4).map(lambda n: n == 0),
+}
+ADMINISTER = st.sampled_from(("membership", "membership", "redaction", "channel"))
+
 
 class DriverParity(RuleBasedStateMachine):
     """Every event to both twins: `apply_event` for one, `apply_event_async` for the other."""
@@ -180,6 +221,8 @@ class DriverParity(RuleBasedStateMachine):
         self.heads: dict[str, tuple[str, int]] = {}
         self.deleted: set[str] = set()
         self.seen: list[dict[str, Any]] = []  # events already sent (for duplicates)
+        # While a burst is drawn: its events and the thread's twin's answers, in order.
+        self.bursting: list[tuple[dict[str, Any], IngestResult]] | None = None
         self.clock = count()
         self.now = int(time.time())
         # Each twin's access announcements (after commit), in order: the same from both drivers.
@@ -200,21 +243,41 @@ class DriverParity(RuleBasedStateMachine):
         via_thread = apply_event(
             community_id=sync_twin.pk, event=_checked(sync_twin, event, self.now), now=self.now
         )
-        via_loop = self.on_loop.write(async_twin, event, self.now)
-        assert via_loop == via_thread
         self.seen.append(event)
+        if self.bursting is not None:  # the loop's twin gets the burst's events together, later
+            self.bursting.append((event, via_thread))
+            return via_thread
+        (via_loop,) = self.on_loop.write_together(async_twin, [event], self.now)
+        assert via_loop == via_thread
         return via_loop
 
-    @rule(
-        op=st.sampled_from(("create", "update", "move", "delete", "restore")),
-        artifact=st.integers(0, 5),
-        # Mostly writes the rules accept, so that sequences build long histories: h is the
-        # artifact's home (a move's next channel) unless `elsewhere`.
-        elsewhere=st.integers(0, 3).map(lambda n: n == 0),
-        prev=st.sampled_from(("head", "head", "head", "stale", "none")),
-        kind_type=st.integers(0, 4).map(lambda n: "buzz.note" if n == 0 else "buzz.task"),
-        outsider=st.integers(0, 4).map(lambda n: n == 0),
-    )
+    @rule(data=st.data(), size=st.integers(2, 6))
+    def burst(self, data: st.DataObject, size: int) -> None:
+        """`size` of the other rules' events at once: the thread's twin applies each as it
+        comes (one at a time, the reference), the loop's twin all of them in one batch, which
+        must answer and leave exactly the same."""
+        self.bursting = []
+        try:
+            for _ in range(size):
+                step = data.draw(st.sampled_from(("write", "write", "write", "administer",
+                                                  "resend")))
+                if step == "write":
+                    self.write(**{name: data.draw(strategy)
+                                  for name, strategy in WRITE_ARGUMENTS.items()})
+                elif step == "administer":
+                    self.administer(data, data.draw(ADMINISTER))
+                else:
+                    self.resend(data)
+            events = self.bursting
+        finally:
+            self.bursting = None
+        if events:
+            via_loop = self.on_loop.write_together(
+                self.twins[1], [event for event, _ in events], self.now
+            )
+            assert via_loop == [expected for _, expected in events]
+
+    @rule(**WRITE_ARGUMENTS)
     def write(self, op: str, artifact: int, elsewhere: bool, prev: str, kind_type: str,
               outsider: bool) -> None:
         d = str(uuid.UUID(int=artifact + 1))
@@ -260,8 +323,7 @@ class DriverParity(RuleBasedStateMachine):
         )
         self._artifact_written(event, d, "restore", home)
 
-    @rule(data=st.data(), what=st.sampled_from(("membership", "membership", "redaction",
-                                                 "channel")))
+    @rule(data=st.data(), what=ADMINISTER)
     def administer(self, data: st.DataObject, what: str) -> None:
         """A membership change, a redaction or a channel change (one rule, so artifact writes
         stay a third of the steps: their histories need many)."""
