@@ -203,6 +203,13 @@ def test_console_actions_are_heard_like_a_persons_events(
     person.close()
 
 
+def _notice_about(frame: list[Any], channel: str, change: str = "") -> bool:
+    """A NOTICE about `channel` (and `change`): a "created" notice of a channel made before the
+    subscription may still arrive after it, and is not the one awaited."""
+    return (frame[0] == "NOTICE" and frame[1].startswith(f"changed: {channel}")
+            and change in frame[1])
+
+
 def test_console_archive_and_restore_announce_their_commit(
     relay_server: RelayProcess, admin_client: Client
 ) -> None:
@@ -216,14 +223,14 @@ def test_console_archive_and_restore_announce_their_commit(
     _eose(ws, "every", {})
     channel = Channel.objects.get(community=community, channel_id=lobby)
     _console(admin_client, "/admin/artifacts/channel/", "channel_archive", channel.pk)
-    frames = ws.recv_until(lambda f: f[0] == "NOTICE", BOUND)
+    frames = ws.recv_until(lambda f: _notice_about(f, lobby, "archived"), BOUND)
     assert frames[-1][1].startswith(f"changed: {lobby} archived")
     write(community, alice, 9008, [["h", spare]])
-    frames = ws.recv_until(lambda f: f[0] == "NOTICE", BOUND)
+    frames = ws.recv_until(lambda f: _notice_about(f, spare, "deleted"), BOUND)
     assert frames[-1][1].startswith(f"changed: {spare} deleted")
     spare_row = Channel.objects.get(community=community, channel_id=spare)
     _console(admin_client, "/admin/artifacts/channel/", "channel_restore", spare_row.pk)
-    frames = ws.recv_until(lambda f: f[0] == "NOTICE", BOUND)
+    frames = ws.recv_until(lambda f: _notice_about(f, spare, "restored"), BOUND)
     assert frames[-1][1].startswith(f"changed: {spare} restored")
     assert uuid.UUID(spare)  # the notice names the channel by its canonical id
     ws.close()
