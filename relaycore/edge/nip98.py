@@ -189,11 +189,15 @@ class NostrUser:
 class Nip98Authentication(BaseAuthentication):
     """`Authorization: Nostr <base64 event>` signed for this URL, method and body, used once.
 
-    `authenticate` is a coroutine: the relay's views run it on the event loop
-    (`RelayAPIView`), where the replay claim is one Redis round trip.
+    It authenticates on the event loop (`authenticate_async`, awaited by `RelayAPIView`), where
+    the replay claim is one Redis round trip; DRF's synchronous `authenticate` refuses to run.
     """
 
-    async def authenticate(self, request: Request) -> tuple[NostrUser, Nip98Auth]:  # type: ignore[override]
+    def authenticate(self, request: Request) -> tuple[NostrUser, Nip98Auth] | None:
+        raise RuntimeError("NIP-98 authenticates on the event loop: RelayAPIView awaits "
+                           "authenticate_async")
+
+    async def authenticate_async(self, request: Request) -> tuple[NostrUser, Nip98Auth]:
         django_request: Any = request._request
         record_nip98_check()
         try:

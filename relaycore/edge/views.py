@@ -28,7 +28,7 @@ from relaycore.edge.exceptions import UnknownCommunity
 from relaycore.edge.nip98 import Nip98Authentication
 from relaycore.edge.parsers import BoundedBytesParser, request_body
 from relaycore.edge.renderers import JSONBytesRenderer, OnlyRenderer
-from relaycore.edge.throttling import AddressRateThrottle, PubkeyRateThrottle
+from relaycore.edge.throttling import AddressRateThrottle, BucketThrottle, PubkeyRateThrottle
 from relaycore.http import request_host
 
 __all__ = ["CommunityLookup", "RelayAPIView", "on_server_loop", "use_community_lookup"]
@@ -97,6 +97,8 @@ class RelayAPIView(APIView):
     def allowed_methods(self) -> list[str]:
         return [method.upper() for method in self.http_method_names]
 
+    # Django runs an async view's `dispatch` as a coroutine (`view_is_async`); its stubs type
+    # `View.dispatch` as synchronous only, so this override is the one the types cannot state.
     async def dispatch(  # type: ignore[override]
         self, request: HttpRequest, *args: Any, **kwargs: Any
     ) -> HttpResponseBase:
@@ -177,11 +179,19 @@ class RelayAPIView(APIView):
         """Give back what `community_on_loop` kept for the request (nothing by default)."""
 
     async def authenticate(self, request: Request) -> None:
+        """DRF's authentication, each authenticator awaited (`authenticate_async`, as the
+        relay's NIP-98 is) or called: the first that answers is the request's."""
         for authenticator in request.authenticators:
-            user, auth = await authenticator.authenticate(request)
-            request._authenticator = authenticator
-            request.user, request.auth = user, auth
+            if hasattr(authenticator, "authenticate_async"):
+                found = await authenticator.authenticate_async(request)
+            else:
+                found = authenticator.authenticate(request)
+            if found is not None:
+                request._authenticator = authenticator
+                request.user, request.auth = found
+                return
+        request._not_authenticated()
 
-    async def throttle(self, request: Request, throttle: Any) -> None:
-        if not await throttle.allow_request(request, self):
+    async def throttle(self, request: Request, throttle: BucketThrottle) -> None:
+        if not await throttle.allow_request_async(request, self):
             self.throttled(request, throttle.wait())

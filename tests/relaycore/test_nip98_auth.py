@@ -41,7 +41,7 @@ def _request(authorization: str, body: bytes = b'{"x":1}', path: str = "/event")
 def authenticate_request(request: object) -> str:
     """The pubkey the class authenticates (raises DRF's AuthenticationFailed)."""
     drf_request = Request(request, parsers=[BoundedBytesParser()])  # type: ignore[arg-type]
-    user, _auth = async_to_sync(Nip98Authentication().authenticate)(drf_request)
+    user, _auth = async_to_sync(Nip98Authentication().authenticate_async)(drf_request)
     return str(user.pubkey)
 
 
