@@ -204,7 +204,7 @@ async def _drive_batch(
     """Run `writes` in one transaction and commit it; their results and the contexts of the
     accepted ones (to announce after the commit, in order). Raises on any database error,
     leaving the transaction to the caller to roll back."""
-    batch = _Batch(time.monotonic(), [None] * len(writes), (_BEGIN, budget_statement()))
+    batch = _GroupTransaction(time.monotonic(), [None] * len(writes), (_BEGIN, budget_statement()))
     at = 0
     while at < len(writes):
         run = _independent_creates(writes, at)
@@ -220,7 +220,7 @@ async def _drive_batch(
 
 
 @dataclass(slots=True)
-class _Batch:
+class _GroupTransaction:
     started: float
     results: list[IngestResult | None]
     # Statements still to send ahead of the next write's first batch: the BEGIN at first, then
@@ -234,7 +234,7 @@ class _Batch:
 
 
 async def _drive_one(
-    conn: psycopg.AsyncConnection[Any], batch: _Batch, write: Write, index: int
+    conn: psycopg.AsyncConnection[Any], batch: _GroupTransaction, write: Write, index: int
 ) -> None:
     """One write under a savepoint of its own, its first batch behind what `batch.pending`
     holds; leaves what ends it in `batch.pending`."""
@@ -284,8 +284,8 @@ def _independent_creates(writes: Sequence[Write], start: int) -> int:
 
 
 async def _drive_creates(
-    conn: psycopg.AsyncConnection[Any], batch: _Batch, writes: Sequence[Write], start: int,
-    count: int,
+    conn: psycopg.AsyncConnection[Any], batch: _GroupTransaction, writes: Sequence[Write],
+    start: int, count: int,
 ) -> int:
     """`count` independent creates (`_independent_creates`) from `start`: every first batch in
     one pipeline, each behind a savepoint of its own (nested), then every finishing batch in
