@@ -25,8 +25,9 @@ from django.test import Client
 from artifacts.models import Community
 from artifacts.services.channels import channel_create
 from artifacts.services.communities import community_create
-from artifacts.services.ingest import IngestResult, ingest_event
+from artifacts.services.ingest import IngestResult, check_event, ingest_event
 from artifacts.services.members import member_put
+from nostr.events import Event as NostrEvent
 from nostr.events import sign_event
 from nostr.nip98 import make_nip98_header
 from nostr.schnorr import generate_secret, pubkey_from_secret
@@ -275,3 +276,13 @@ def signed_post(
         HTTP_HOST=host,
         secure=scheme == "https",
     )
+
+
+def checked_event(community: Community, event: dict[str, Any], now: int) -> NostrEvent:
+    """`event` through the relay's checks, as its author's authenticated write at `now`."""
+    checked = check_event(
+        community=community, raw=orjson.dumps(event), authenticated_pubkeys=(event["pubkey"],),
+        now=now,
+    )
+    assert isinstance(checked, NostrEvent), checked
+    return checked

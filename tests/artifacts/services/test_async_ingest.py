@@ -62,25 +62,23 @@ from artifacts.services.ingest import (
 )
 from artifacts.signals import access_changed, events_committed
 from artifacts.ws.publish import finish_publishing
-from nostr.events import Event as NostrEvent
 from relaycore.db import psycopg_connect_kwargs
 from relayinfo.models import WriterLagSample
-from tests.factories import Key, artifact_tags, make_channel, make_community, make_key, signed_event
+from tests.factories import (
+    Key,
+    artifact_tags,
+    checked_event,
+    make_channel,
+    make_community,
+    make_key,
+    signed_event,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def _connect() -> psycopg.AsyncConnection[Any]:
     return await psycopg.AsyncConnection.connect(**psycopg_connect_kwargs(), autocommit=True)
-
-
-def _checked(community: Community, event: dict[str, Any], now: int) -> NostrEvent:
-    checked = check_event(
-        community=community, raw=orjson.dumps(event), authenticated_pubkeys=(event["pubkey"],),
-        now=now,
-    )
-    assert isinstance(checked, NostrEvent), checked
-    return checked
 
 
 class Loop:
@@ -93,7 +91,7 @@ class Loop:
         self.committer = GroupCommit(lambda: contextlib.nullcontext(self.conn))
 
     def write(self, community: Community, event: dict[str, Any], now: int) -> IngestResult:
-        checked = _checked(community, event, now)
+        checked = checked_event(community, event, now)
         result = self.loop.run_until_complete(
             apply_event_async(self.conn, community_id=community.pk, event=checked, now=now)
         )
@@ -105,7 +103,7 @@ class Loop:
     ) -> list[IngestResult]:
         """`events` submitted in one turn of the loop: one batch (of at most the committer's
         bound), whose answers come after its COMMIT."""
-        checked = [_checked(community, event, now) for event in events]
+        checked = [checked_event(community, event, now) for event in events]
         batches = self.committer.batches
 
         async def together() -> list[IngestResult]:
@@ -241,7 +239,7 @@ class DriverParity(RuleBasedStateMachine):
     def _both(self, event: dict[str, Any]) -> IngestResult:
         sync_twin, async_twin = self.twins
         via_thread = apply_event(
-            community_id=sync_twin.pk, event=_checked(sync_twin, event, self.now), now=self.now
+            community_id=sync_twin.pk, event=checked_event(sync_twin, event, self.now), now=self.now
         )
         self.seen.append(event)
         if self.bursting is not None:  # the loop's twin gets the burst's events together, later
@@ -488,7 +486,7 @@ def test_concurrent_writes_of_one_artifact_serialize_on_its_lock() -> None:
         try:
             return await asyncio.gather(*(
                 apply_event_async(conn, community_id=community.pk,
-                                  event=_checked(community, event, now), now=now)
+                                  event=checked_event(community, event, now), now=now)
                 for conn, event in zip(conns, events, strict=True)
             ))
         finally:

@@ -14,7 +14,6 @@ import time
 import uuid
 from typing import Any
 
-import orjson
 import psycopg
 import pytest
 from django.db import connection
@@ -25,22 +24,20 @@ from artifacts.selectors.fence import FENCE_STATEMENT, prepare_fence
 from artifacts.services import transactions
 from artifacts.services.artifact_revisions import artifact_lock_key
 from artifacts.services.group_commit import ConnectionSource, GroupCommit
-from artifacts.services.ingest import IngestResult, check_event
+from artifacts.services.ingest import IngestResult
 from artifacts.ws.publish import community_group, current_sequence, finish_publishing
-from nostr.events import Event as NostrEvent
 from relaycore.db import psycopg_connect_kwargs
-from tests.factories import Key, artifact_tags, make_channel, make_community, make_key, signed_event
+from tests.factories import (
+    Key,
+    artifact_tags,
+    checked_event,
+    make_channel,
+    make_community,
+    make_key,
+    signed_event,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _checked(community: Community, event: dict[str, Any], now: int) -> NostrEvent:
-    checked = check_event(
-        community=community, raw=orjson.dumps(event), authenticated_pubkeys=(event["pubkey"],),
-        now=now,
-    )
-    assert isinstance(checked, NostrEvent), checked
-    return checked
 
 
 async def _connect() -> psycopg.AsyncConnection[Any]:
@@ -52,7 +49,7 @@ async def _together(
 ) -> list[IngestResult]:
     """`events` submitted in one turn of the loop, in order: one batch (up to the bound)."""
     now = int(time.time())
-    checked = [_checked(community, event, now) for event in events]
+    checked = [checked_event(community, event, now) for event in events]
     return await asyncio.gather(*(
         committer.apply(community_id=community.pk, event=event, now=now) for event in checked
     ))
@@ -335,7 +332,7 @@ def test_a_lone_write_goes_on_its_callers_connection_and_later_ones_wait_for_the
                 released.append(index)
 
             return committer.apply(community_id=community.pk, now=now, conn=callers[index],
-                                   release=release, event=_checked(community, event, now))
+                                   release=release, event=checked_event(community, event, now))
 
         try:
             first = asyncio.create_task(writing(0, create))
