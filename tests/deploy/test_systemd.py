@@ -40,7 +40,7 @@ def test_the_unit_serves_the_instance_port_with_buzz_admin() -> None:
 def test_the_environment_file_names_documented_variables_the_relay_reads() -> None:
     documented = set(re.findall(r"^\| `([A-Z0-9_]+)`", (ROOT / "docs" / "operations.md")
                                 .read_text(), re.MULTILINE))
-    read = set(re.findall(r'"([A-Z][A-Z0-9_]+)"', (ROOT / "buzzrelay" / "config.py")
+    read = set(re.findall(r'"([A-Z][A-Z0-9_]+)"', (ROOT / "relaycore" / "config.py")
                           .read_text()))
     names = [line.split("=", 1)[0] for line in ENVIRONMENT.read_text().splitlines()
              if line and not line.startswith("#")]

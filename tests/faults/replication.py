@@ -16,6 +16,7 @@ machine has from `bin/bootstrap test`). The standby names itself in its `primary
 
 from __future__ import annotations
 
+import subprocess
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,22 @@ class Standby:
         self.server.stop("immediate")
 
 
+def _start(server: EmbeddedPostgres) -> None:
+    """Start a standby; on a port a crashed primary just let go, the kernel may not have it back
+    yet (a start failed once in CI, its log gone with the deployment): try again for a while
+    when the log says so, and otherwise fail with the log's end, not pg_ctl's exit status."""
+    for attempt in range(10):
+        try:
+            server.start()
+            return
+        except subprocess.CalledProcessError:
+            log_path = server.data_dir / "server.log"
+            log = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
+            if "already in use" not in log or attempt == 9:
+                raise AssertionError(f"the standby did not start:\n{log}") from None
+            time.sleep(1)
+
+
 def start_standby(dep: Deployment, name: str = "standby", *, synchronous: bool = False,
                   port: int | None = None) -> Standby:
     """A hot standby of `dep`'s primary, streaming; with `synchronous`, the primary waits for
@@ -89,7 +106,7 @@ def start_standby(dep: Deployment, name: str = "standby", *, synchronous: bool =
         )
     target.chmod(0o700)
     server = EmbeddedPostgres(target, port or free_port())
-    server.start()
+    _start(server)
     standby = Standby(server, name, dep.database)
     if synchronous:
         # ALTER SYSTEM takes no parameters; `name` is the caller's identifier, quoted.
