@@ -77,6 +77,16 @@ class Operator:
         close_with_pool(connections["default"])  # the pool's sessions too
         port = self.relay.port
         self.relay.stop()
+        # Sessions this process opened outside Django's pool (earlier tests' asyncio pools and
+        # connections, still open until collected) announce the key they were opened with; the
+        # relay would count them as writers holding another key and stay not ready.
+        with connections["default"].cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND application_name LIKE %s AND application_name <> %s",
+                [prefix.replace("%", r"\%").replace("_", r"\_") + "key=%", name],
+            )
         self.relay = start_relay(overrides, port=port)
         _wait_until_incremental(self.relay.url)
         return {"url": self.relay.url}

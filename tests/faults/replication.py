@@ -105,6 +105,11 @@ def start_standby(dep: Deployment, name: str = "standby", *, synchronous: bool =
             f" application_name={name}'\n"
         )
     target.chmod(0o700)
+    # The source keeps its Unix socket in its data directory; pg_basebackup skips the socket but
+    # copies its lock file, which names the source's postmaster (or, after a promotion, the
+    # crashed primary's): on that port the new server would refuse to start over it.
+    for stale in target.glob(".s.PGSQL.*.lock"):
+        stale.unlink()
     server = EmbeddedPostgres(target, port or free_port())
     _start(server)
     standby = Standby(server, name, dep.database)
