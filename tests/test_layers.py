@@ -67,7 +67,6 @@ LAYERS: dict[str, int] = {
     "artifacts.ws.scope": LOGIC,
     "artifacts.ws.sequence": LOGIC,
     "artifacts.ws.shutdown": LOGIC,
-    "artifacts.ws.loop_ingest": LOGIC,  # the write service on the server loop (HTTP and WS)
     "artifacts.ws.consumer": ENTRY,
     "artifacts.ws.routing": ENTRY,
     "artifacts.api": ENTRY,

@@ -32,8 +32,8 @@ from artifacts.selectors.plain_reads import plain_query
 from artifacts.selectors.rounds import CommunityGone, Page, RoundRequest, prepare_round, read_page
 from artifacts.selectors.sync_epoch import connection_identity
 from artifacts.services.ingest import ingest_event
+from artifacts.services.loop_ingest import ingest_on_loop
 from artifacts.tokens import InvalidProgress
-from artifacts.ws.loop_ingest import ingest_on_loop
 from relaycore import readiness_gate
 from relaycore.dbthreads import run_db
 from relaycore.edge.exceptions import InvalidRequest, ServiceUnavailable, UnknownCommunity

@@ -14,15 +14,13 @@ changes from it instead of listing their channels.
 from __future__ import annotations
 
 from collections.abc import Generator
+from dataclasses import dataclass
 from uuid import UUID
 
-from django.db import connection
-
 from artifacts.models import Channel, ChannelMember
-from artifacts.selectors.budget import execute_prepared
 from artifacts.selectors.permissions import ChannelAccess, access_from_rows, access_statement
 from artifacts.services.errors import Duplicate, Invalid, Restricted
-from artifacts.services.members import member_put, put_statement
+from artifacts.services.members import check_put, put_statement
 from artifacts.services.tags import channel_tag, checked_tag, text_value, visibility_flag
 from artifacts.services.transactions import (
     LISTING_ABSENT,
@@ -30,15 +28,20 @@ from artifacts.services.transactions import (
     LISTING_LIVE,
     LISTING_SAME,
     WriteContext,
-    bump_listing,
     bump_listing_statement,
-    lock_community,
     lock_community_statement,
     note_stored,
     store_statement,
     write_transaction,
 )
-from artifacts.services.write_steps import Batch, Rows, Statement, WriteSteps
+from artifacts.services.write_steps import (
+    Batch,
+    Rows,
+    ServiceSteps,
+    Statement,
+    WriteSteps,
+    run_service_steps,
+)
 from artifacts.signals import (
     ARCHIVED,
     CREATED,
@@ -67,7 +70,32 @@ _UPDATE_SQL = (
     "UPDATE channels SET name = %s, visibility = %s WHERE community_id = %s AND channel_id = %s"
 )
 _EXISTS_SQL = "SELECT 1 FROM channels WHERE community_id = %s AND channel_id = %s"
-_DELETE = ("deleted_at = statement_timestamp()", "deleted_at IS NULL")
+
+
+@dataclass(frozen=True, slots=True)
+class _ListingAction:
+    """A change of the channel listing that sets a column of a channel in one state: the access
+    change it is (`artifacts.signals`), the column's assignment, the state it applies in, and
+    how the channel was readable before it (`transactions.LISTING_*`)."""
+
+    what: str
+    assignment: str
+    condition: str
+    before: str
+
+
+_DELETION = _ListingAction(
+    DELETED, "deleted_at = statement_timestamp()", "deleted_at IS NULL", LISTING_LIVE)
+_RESTORE = _ListingAction(
+    RESTORED, "deleted_at = NULL", "deleted_at IS NOT NULL", LISTING_ABSENT)
+_ARCHIVE = _ListingAction(
+    ARCHIVED, "archived_at = statement_timestamp()", "archived_at IS NULL", LISTING_SAME)
+_UNARCHIVE = _ListingAction(
+    UNARCHIVED, "archived_at = NULL", "archived_at IS NOT NULL", LISTING_SAME)
+
+# Operators' services run the kinds' steps (`run_service_steps`): each statement and rule is
+# written once, in the steps below, and the operators skip only the event and its author's
+# standing (an operator may do anything).
 
 
 def channel_create(
@@ -83,20 +111,10 @@ def channel_create(
     Raises `Invalid` when the id is taken, deleted channels included (ids are never reused).
     """
     _check_fields(name, visibility)
-    with write_transaction(community_id=community_id) as ctx, connection.cursor() as cursor:
-        lock_community(community_id)
-        statement = _insert_statement(community_id, channel_id, name, visibility, created_by)
-        if not execute_prepared(cursor, *statement):
-            raise Invalid("channel id is taken")
-        bump_listing(community_id, stamp=False, channel_id=channel_id, before=LISTING_ABSENT)
-        ctx.access_changed(channel_id, CREATED)
-        if created_by:
-            member_put(
-                community_id=community_id,
-                channel_id=channel_id,
-                pubkey=created_by,
-                role=ChannelMember.Role.OWNER,
-            )
+    if created_by:
+        check_put(created_by, ChannelMember.Role.OWNER)
+    with write_transaction(community_id=community_id) as ctx:
+        run_service_steps(_creation(ctx, channel_id, name, visibility, created_by or None))
 
 
 def channel_update(
@@ -111,68 +129,40 @@ def channel_update(
     A visibility change is a listing change (stamped, counted); a rename is not.
     """
     _check_fields(name, visibility)
-    with write_transaction(community_id=community_id) as ctx, connection.cursor() as cursor:
-        if visibility is not None:
-            lock_community(community_id)
-        rows = execute_prepared(cursor, _LOCKED_SQL, [community_id, channel_id])
-        changed, update = _update(community_id, channel_id, rows, name, visibility)
-        for statement in update:
-            execute_prepared(cursor, *statement)
-        if "visibility" in changed:
-            ctx.access_changed(channel_id, _made(visibility))
-        return changed
-
-
-def _listing_change(
-    community_id: int, channel_id: UUID, what: str, assignment: str, condition: str, before: str
-) -> bool:
-    with write_transaction(community_id=community_id) as ctx, connection.cursor() as cursor:
-        lock_community(community_id)
-        sql, params = _listing_statement(community_id, channel_id, assignment, condition)
-        if not execute_prepared(cursor, sql, params):
-            if not execute_prepared(cursor, _EXISTS_SQL, [community_id, channel_id]):
-                raise Invalid(f"no channel {channel_id}")
-            return False
-        bump_listing(community_id, stamp=True, channel_id=channel_id, before=before)
-        ctx.access_changed(channel_id, what)
-        return True
+    with write_transaction(community_id=community_id) as ctx:
+        return run_service_steps(_edit(ctx, channel_id, name, visibility))
 
 
 def channel_delete(*, community_id: int, channel_id: UUID) -> bool:
     """Soft-delete (the channel and its artifacts become invisible); False if already deleted."""
-    return _listing_change(community_id, channel_id, DELETED, *_DELETE, LISTING_LIVE)
+    return _operator_listing_change(community_id, channel_id, _DELETION)
 
 
 def channel_restore(*, community_id: int, channel_id: UUID) -> bool:
     """Undo a deletion (operators only); False if the channel was not deleted."""
-    return _listing_change(
-        community_id, channel_id, RESTORED, "deleted_at = NULL", "deleted_at IS NOT NULL",
-        LISTING_ABSENT,
-    )
+    return _operator_listing_change(community_id, channel_id, _RESTORE)
 
 
 def channel_archive(*, community_id: int, channel_id: UUID) -> bool:
     """Archive: still readable, no more writes (operators only); False if already archived."""
-    return _listing_change(
-        community_id, channel_id, ARCHIVED, "archived_at = statement_timestamp()",
-        "archived_at IS NULL", LISTING_SAME,
-    )
+    return _operator_listing_change(community_id, channel_id, _ARCHIVE)
 
 
 def channel_unarchive(*, community_id: int, channel_id: UUID) -> bool:
     """Accept writes again (operators only); False if the channel was not archived."""
-    return _listing_change(
-        community_id, channel_id, UNARCHIVED, "archived_at = NULL", "archived_at IS NOT NULL",
-        LISTING_SAME,
-    )
+    return _operator_listing_change(community_id, channel_id, _UNARCHIVE)
+
+
+def _operator_listing_change(community_id: int, channel_id: UUID, change: _ListingAction) -> bool:
+    with write_transaction(community_id=community_id) as ctx:
+        return run_service_steps(_listing_change(ctx, channel_id, change))
 
 
 def channel_create_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteSteps:
     """Kind 9007, stored and applied in steps (`write_steps`): community admins, or anyone when
     the community allows open creation. The author becomes the channel's owner.
 
-    Store the event and read the author's standing; take the community's row lock and insert
-    the channel (taken ids are refused); finish with the listing count and the owner.
+    Store the event and read the author's standing; then the creation (`_creation`).
     """
     channel_id = channel_tag(event)
     name_tag = checked_tag(event, "name")
@@ -182,24 +172,13 @@ def channel_create_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteS
     if not (actor.community_admin or actor.open_channel_creation):
         raise Restricted("only community admins may create channels here")
     _check_fields(name_tag[1], visibility)
-    community_id = ctx.community_id
-    _locked, inserted = yield (
-        lock_community_statement(community_id),
-        _insert_statement(community_id, channel_id, name_tag[1], visibility, event.pubkey),
-    )
-    if not inserted:
-        raise Invalid("channel id is taken")
-    ctx.access_changed(channel_id, CREATED)
-    return (
-        bump_listing_statement(
-            community_id, stamp=False, channel_id=channel_id, before=LISTING_ABSENT),
-        put_statement(community_id, channel_id, event.pubkey, ChannelMember.Role.OWNER),
-    )
+    _, finishing = yield from _creation(ctx, channel_id, name_tag[1], visibility, event.pubkey)
+    return finishing
 
 
 def channel_update_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteSteps:
     """Kind 9002, in steps: channel owners and admins, and community admins, rename a channel
-    or change its visibility (a listing change: the community's row lock first)."""
+    or change its visibility (`_edit`)."""
     channel_id = channel_tag(event)
     name_tag = checked_tag(event, "name", required=False)
     name = name_tag[1] if name_tag is not None else None
@@ -210,13 +189,8 @@ def channel_update_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteS
     if actor.archived:
         raise Restricted(f"channel {channel_id} is archived")
     _check_fields(name, visibility)
-    community_id = ctx.community_id
-    locked: Batch = (lock_community_statement(community_id),) if visibility is not None else ()
-    *_, rows = yield (*locked, (_LOCKED_SQL, [community_id, channel_id]))
-    changed, update = _update(community_id, channel_id, rows, name, visibility)
-    if "visibility" in changed:
-        ctx.access_changed(channel_id, _made(visibility))
-    return update
+    _, finishing = yield from _edit(ctx, channel_id, name, visibility)
+    return finishing
 
 
 def channel_delete_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteSteps:
@@ -225,19 +199,71 @@ def channel_delete_steps(ctx: WriteContext, *, event: Event, now: int) -> WriteS
     actor = yield from _standing(ctx, event, channel_id)
     if not (actor.exists and (actor.role == ChannelMember.Role.OWNER or actor.community_admin)):
         raise Restricted(f"not allowed to delete channel {channel_id}")
+    _, finishing = yield from _listing_change(ctx, channel_id, _DELETION)
+    return finishing
+
+
+def _creation(
+    ctx: WriteContext, channel_id: UUID, name: str, visibility: str, owner: str | None
+) -> ServiceSteps[None]:
+    """Take the community's row lock and insert the channel (taken ids are refused); finish
+    with the listing count and, when there is one, the owner.
+
+    A creation is heard live as `created` by whoever can read the channel now, its owner
+    included (PROTOCOL.md section 8): the owner's membership is part of that one change, not
+    a grant of its own.
+    """
     community_id = ctx.community_id
-    _locked, deleted, exists = yield (
+    _locked, inserted = yield (
         lock_community_statement(community_id),
-        _listing_statement(community_id, channel_id, *_DELETE),
+        _insert_statement(community_id, channel_id, name, visibility, owner or ""),
+    )
+    if not inserted:
+        raise Invalid("channel id is taken")
+    ctx.access_changed(channel_id, CREATED)
+    owned: Batch = (
+        (put_statement(community_id, channel_id, owner, ChannelMember.Role.OWNER),) if owner else ()
+    )
+    return None, (
+        bump_listing_statement(
+            community_id, stamp=False, channel_id=channel_id, before=LISTING_ABSENT),
+        *owned,
+    )
+
+
+def _edit(
+    ctx: WriteContext, channel_id: UUID, name: str | None, visibility: str | None
+) -> ServiceSteps[list[str]]:
+    """Read the channel row under its lock (after the community's, for a visibility change: a
+    listing change) and change what differs; answers the fields that changed."""
+    community_id = ctx.community_id
+    locked: Batch = (lock_community_statement(community_id),) if visibility is not None else ()
+    *_, rows = yield (*locked, (_LOCKED_SQL, [community_id, channel_id]))
+    changed, update = _update(community_id, channel_id, rows, name, visibility)
+    if "visibility" in changed:
+        ctx.access_changed(channel_id, _made(visibility))
+    return changed, update
+
+
+def _listing_change(
+    ctx: WriteContext, channel_id: UUID, change: _ListingAction
+) -> ServiceSteps[bool]:
+    """Under the community's row lock, apply `change` to the channel if it is in the state the
+    change applies in, and finish with the listing count; answers whether it applied (False
+    when the channel is already so; no such channel is `Invalid`)."""
+    community_id = ctx.community_id
+    _locked, applied, exists = yield (
+        lock_community_statement(community_id),
+        _listing_statement(community_id, channel_id, change.assignment, change.condition),
         (_EXISTS_SQL, [community_id, channel_id]),
     )
-    if not deleted:
+    if not applied:
         if not exists:
             raise Invalid(f"no channel {channel_id}")
-        return ()  # already deleted (since the standing was read): nothing to count
-    ctx.access_changed(channel_id, DELETED)
-    return (bump_listing_statement(
-        community_id, stamp=True, channel_id=channel_id, before=LISTING_LIVE),)
+        return False, ()  # already so (for a deletion: since the standing was read)
+    ctx.access_changed(channel_id, change.what)
+    return True, (bump_listing_statement(
+        community_id, stamp=True, channel_id=channel_id, before=change.before),)
 
 
 def _standing(

@@ -12,12 +12,17 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from artifacts.models import INFO_FIELDS, Community
+from artifacts.selectors.budget import execute_prepared
 from artifacts.services.errors import Invalid
 from artifacts.services.tags import pubkey_value
-from artifacts.services.transactions import bump_listing, lock_community, write_transaction
+from artifacts.services.transactions import (
+    bump_listing_statement,
+    lock_community_statement,
+    write_transaction,
+)
 from relaycore.config import info_value_problem
 
 
@@ -139,8 +144,8 @@ def community_update_policy(
     added = normalize_admins(add_admin_pubkeys)
     wanted.update(normalize_info(info or {}))
     read = {*wanted, "admin_pubkeys"} if added else set(wanted)
-    with write_transaction(community_id=community_id) as ctx:
-        lock_community(community_id)
+    with write_transaction(community_id=community_id) as ctx, connection.cursor() as cursor:
+        execute_prepared(cursor, *lock_community_statement(community_id))
         current = Community.objects.filter(pk=community_id).values(*read, "id").first()
         if current is None:
             raise Invalid(f"no community {community_id}")
@@ -152,7 +157,7 @@ def community_update_policy(
             return changed
         Community.objects.filter(pk=community_id).update(**{f: wanted[f] for f in changed})
         if any(field in POLICY_FIELDS for field in changed):
-            bump_listing(community_id, stamp=True)
+            execute_prepared(cursor, *bump_listing_statement(community_id, stamp=True))
             ctx.access_changed(None)
         return changed
 

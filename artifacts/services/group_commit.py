@@ -1,7 +1,7 @@
 """Group commit: the server loop's writes share transactions, one in flight at a time.
 
 While one batch's transaction is in flight, the writes that arrive (over `POST /event` and
-WebSocket EVENT alike: both come through `artifacts.ws.loop_ingest`) wait for the next one,
+WebSocket EVENT alike: both come through `artifacts.services.loop_ingest`) wait for the next one,
 which carries all of them (at most MAX_BATCH_EVENTS): one BEGIN and one COMMIT for the batch,
 each write's statements pipelined with its neighbour's (`async_ingest.apply_batch_async`), and
 each write's answer only after that COMMIT. Nothing waits on a timer: a write that finds

@@ -26,7 +26,6 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from artifacts.models import Event as EventRow
-from artifacts.selectors.budget import execute_prepared
 from artifacts.services.stamp_lag import flush_lag_samples, note_lag
 from artifacts.services.write_steps import Rows, Statement
 from artifacts.signals import AccessChange, StoredEvent, access_changed, events_committed
@@ -139,19 +138,14 @@ def _with_events(changes: list[AccessChange], stored: list[StoredEvent]) -> list
     ]
 
 
-def lock_community(community_id: int) -> None:
-    """Take the community's row lock.
+def lock_community_statement(community_id: int) -> Statement:
+    """The statement that takes the community's row lock (every writer runs it as a statement:
+    the kinds' steps, the operators' services through them, `communities.community_update`).
 
     Lock order for every writer that takes it: community row first, then channel rows, then
     member rows. Artifact writers never take it, so channel listing changes do not queue
     behind artifact traffic.
     """
-    with connection.cursor() as cursor:
-        execute_prepared(cursor, *lock_community_statement(community_id))
-
-
-def lock_community_statement(community_id: int) -> Statement:
-    """`lock_community` as a statement (for writers in steps form)."""
     return "SELECT 1 FROM communities WHERE id = %s FOR UPDATE", [community_id]
 
 
@@ -165,23 +159,6 @@ LISTING_ABSENT, LISTING_LIVE, LISTING_FLIPPED, LISTING_SAME = "absent", "live", 
 LISTING_COLLECT_BATCH = 16
 
 
-def bump_listing(
-    community_id: int,
-    *,
-    stamp: bool,
-    channel_id: UUID | None = None,
-    before: str = LISTING_SAME,
-) -> None:
-    """Count a listing or policy change (and stamp it when `stamp`); caller holds the row lock.
-
-    `listing_version` lets a read tell "nothing changed" without comparing stamps, which are
-    not unique (PROTOCOL.md section 5). `channel_id` and `before`: see `bump_listing_statement`.
-    """
-    with connection.cursor() as cursor:
-        execute_prepared(cursor, *bump_listing_statement(
-            community_id, stamp=stamp, channel_id=channel_id, before=before))
-
-
 def bump_listing_statement(
     community_id: int,
     *,
@@ -189,14 +166,16 @@ def bump_listing_statement(
     channel_id: UUID | None = None,
     before: str = LISTING_SAME,
 ) -> Statement:
-    """`bump_listing` as a statement (for writers in steps form).
+    """Count a listing or policy change (and stamp it when `stamp`); the caller holds the
+    community's row lock (`lock_community_statement`).
 
-    The same statement logs the change in `artifact_listing_changes` under the new version (the
-    channel, when the change is a channel's, and how it was readable before: `before`, one of
-    the LISTING_* modes), so a snapshot sees a version exactly when it sees its row, and
-    collects up to LISTING_COLLECT_BATCH of the community's rows older than any live token
-    (tokens older than ARTIFACT_SYNC_TOKEN_MAX_AGE reset; a day of margin for the writers'
-    stamp-to-commit lag).
+    `listing_version` lets a read tell "nothing changed" without comparing stamps, which are
+    not unique (PROTOCOL.md section 5). The same statement logs the change in
+    `artifact_listing_changes` under the new version (the channel, when the change is a
+    channel's, and how it was readable before: `before`, one of the LISTING_* modes), so a
+    snapshot sees a version exactly when it sees its row, and collects up to
+    LISTING_COLLECT_BATCH of the community's rows older than any live token (tokens older than
+    ARTIFACT_SYNC_TOKEN_MAX_AGE reset; a day of margin for the writers' stamp-to-commit lag).
     """
     assignment = _BUMP_STAMPED if stamp else _BUMP
     keep = settings.ARTIFACT_SYNC_TOKEN_MAX_AGE + 86400

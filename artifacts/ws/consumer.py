@@ -29,12 +29,12 @@ from django.db import DatabaseError
 from artifacts.selectors.communities import community_for_host
 from artifacts.selectors.replay import ChannelState, ReplayRow, replay_events
 from artifacts.selectors.standby import primary_position
+from artifacts.services.loop_ingest import ingest_on_loop
 from artifacts.signals import MEMBER
 from artifacts.ws import shutdown
 from artifacts.ws.filters import Filter, LiveEvent
 from artifacts.ws.hints import changed_notice, concerns
 from artifacts.ws.hub import SyncHub, get_hub
-from artifacts.ws.loop_ingest import ingest_on_loop
 from artifacts.ws.messages import (
     AuthMessage,
     CloseMessage,

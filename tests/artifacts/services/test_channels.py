@@ -11,6 +11,7 @@ import pytest
 from artifacts.models import Channel, ChannelMember, Community
 from artifacts.services import channels as svc
 from artifacts.services.errors import Invalid
+from artifacts.signals import AccessChange, access_changed
 from tests.factories import Key, add_member, make_channel, make_community, make_key, write
 
 
@@ -27,6 +28,42 @@ def test_community_admin_creates_and_becomes_owner(db: None) -> None:
     assert (channel.name, channel.visibility, channel.created_by) == (
         "design", "private", admin.pubkey)
     assert ChannelMember.objects.get(channel_id=h).role == "owner"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_creation_is_one_change_whoever_makes_it() -> None:
+    """9007 and the operators' creation run the same steps and are heard alike: `created`, which
+    reaches the owner because it can read the channel now (PROTOCOL.md section 8), and no grant
+    of the owner's besides (that would be a second hint for the same change)."""
+    admin = make_key()
+    community = make_community(admins=[admin])
+    heard: list[list[tuple[str, str | None]]] = []
+
+    def receiver(sender: Any, changes: list[AccessChange], **kw: Any) -> None:
+        heard.append([(change.what, change.pubkey) for change in changes])
+
+    access_changed.connect(receiver)
+    try:
+        by_event = str(uuid.uuid4())
+        write(community, admin, 9007, [["h", by_event], ["name", "x"], ["private"]])
+        by_operator = make_channel(community, owner=admin, visibility="private")
+        ownerless = make_channel(community)
+    finally:
+        access_changed.disconnect(receiver)
+    assert heard == [[("created", None)]] * 3
+    for h in (by_event, by_operator):
+        assert ChannelMember.objects.get(channel_id=h).role == "owner"
+    assert _channel(by_operator).created_by == admin.pubkey
+    assert not ChannelMember.objects.filter(channel_id=ownerless).exists()
+
+
+def test_operators_creation_refuses_a_taken_id_and_a_malformed_owner(community: Community) -> None:
+    h = make_channel(community)
+    with pytest.raises(Invalid, match="channel id is taken"):
+        make_channel(community, channel_id=h, name="again")
+    with pytest.raises(Invalid, match="pubkey"):
+        make_channel(community, owner="not-a-pubkey")
+    assert Channel.objects.count() == 1
 
 
 def test_open_creation_policy(db: None) -> None:
