@@ -31,6 +31,7 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -237,12 +238,25 @@ def run_floor(statements: list[Recorded], *, redis_url: str, seconds: float, con
     ]
     for worker in workers:
         worker.start()
-    latencies = [latency for _ in workers for latency in queue.get()]
+    latencies = [latency for share in _results(queue, workers) for latency in share]
     for worker in workers:
         worker.join()
     latencies.sort()
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
     return len(latencies) / seconds, statistics.median(latencies) * 1000, p99 * 1000
+
+
+def _results(queue: Any, workers: list[Any]) -> list[list[float]]:
+    """Each process's latencies; raises when one exits without them (e.g. PostgreSQL refused
+    its connections: "too many clients" on a shared machine), instead of waiting for ever."""
+    results: list[list[float]] = []
+    while len(results) < len(workers):
+        try:
+            results.append(queue.get(timeout=1))
+        except Empty:
+            if any(worker.exitcode not in (None, 0) for worker in workers):
+                raise RuntimeError("a floor process failed (its traceback is above)") from None
+    return results
 
 
 def main() -> int:

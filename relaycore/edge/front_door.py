@@ -22,6 +22,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler, ASGIRequest
+from django.core.signals import setting_changed
 from django.http import HttpResponse, HttpResponseBase
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
@@ -36,9 +37,22 @@ from relaycore.middleware import add_cors_headers
 __all__ = ["FrontDoor"]
 
 
-
 def _unused(request: Any) -> HttpResponse:  # pragma: no cover - only process_response is used
     raise AssertionError("front door middleware is used for its response headers only")
+
+
+class _Probe:
+    """What the header middleware reads of a request: whether it came over https (HSTS)."""
+
+    def __init__(self, secure: bool) -> None:
+        self._secure = secure
+
+    def is_secure(self) -> bool:
+        return self._secure
+
+
+# A header as sent: (lowercase name, (name, value) encoded for ASGI).
+_Encoded = tuple[str, tuple[bytes, bytes]]
 
 
 class FrontDoor:
@@ -49,6 +63,13 @@ class FrontDoor:
         # The response hooks of settings.MIDDLEWARE that set headers on every answer.
         self._header_middleware = (SecurityMiddleware(_unused), XFrameOptionsMiddleware(_unused))
         self._views: dict[str, Callable[..., Awaitable[HttpResponseBase]] | None] = {}
+        # What those hooks and the CORS rule add to an answer, encoded, for a plain and for an
+        # https request (the same tuple when they agree: HSTS off).
+        self._fixed: tuple[tuple[_Encoded, ...], tuple[_Encoded, ...]] | None = None
+        setting_changed.connect(self._settings_changed, weak=True)
+
+    def _settings_changed(self, **kwargs: Any) -> None:
+        self._fixed = None  # X_FRAME_OPTIONS is read per answer: learn the headers again
 
     # Django's ASGIHandler types the scope as a dict and `send` as taking any Mapping.
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
@@ -64,20 +85,55 @@ class FrontDoor:
         record_front_door_request()
         request = ASGIRequest(scope, io.BytesIO(body))
         request.served_by_front_door = True  # type: ignore[attr-defined]  # views.on_server_loop
+        request.relay_body = body  # type: ignore[attr-defined]  # parsers.request_body
         response: Any = await view(request)
         if hasattr(response, "render") and not getattr(response, "is_rendered", True):
             response.render()
+        if response.streaming or getattr(response, "xframe_options_exempt", False):
+            # Not a relay view's answer today: through the hooks themselves, Django's way.
+            await self._send_through_middleware(request, response, send)
+            return
+        await _send_whole(response, self._fixed_headers(request), send)
+
+    def _fixed_headers(self, request: ASGIRequest) -> tuple[_Encoded, ...]:
+        """The headers the response middleware and `add_cors_headers` add to an answer that
+        has none of them, learned once by running those very hooks on an empty answer (so
+        their policy stays defined in one place) and encoded once. Each is set only where the
+        answer has no header of that name (Django's hooks and the CORS rule alike), so a
+        request only checks its own answer's few names against them (`_send_whole`)."""
+        fixed = self._fixed
+        if fixed is None:
+            plain, secure = (self._learn(secure) for secure in (False, True))
+            fixed = self._fixed = (plain, plain if secure == plain else secure)
+        plain, secure = fixed
+        # Asked only where the answer depends on it (HSTS on).
+        return secure if secure is not plain and request.is_secure() else plain
+
+    def _learn(self, secure: bool) -> tuple[_Encoded, ...]:
+        probe = HttpResponse()
+        before = set(probe.headers)
+        request = _Probe(secure)
+        for middleware in self._header_middleware:
+            probe = middleware.process_response(request, probe)  # type: ignore[arg-type]
+        add_cors_headers(probe)
+        return tuple(
+            (name.lower(), (name.encode("ascii"), value.encode("latin-1")))
+            for name, value in probe.items() if name not in before
+        )
+
+    async def _send_through_middleware(
+        self, request: ASGIRequest, response: Any, send: Any
+    ) -> None:
         for middleware in self._header_middleware:
             response = middleware.process_response(request, response)
         add_cors_headers(response)
-        if not response.streaming and not response.has_header("Content-Length"):
-            # What CommonMiddleware adds: the answer is whole, so no chunked encoding.
-            response["Content-Length"] = str(len(response.content))
-        if response.streaming:  # not a relay view's answer today; Django's way, whole
-            await self.django_app.send_response(response, send)
-            response.close()
-        else:
-            await _send_whole(response, send)
+        if not response.streaming:
+            if not response.has_header("Content-Length"):
+                response["Content-Length"] = str(len(response.content))
+            await _send_whole(response, (), send)
+            return
+        await self.django_app.send_response(response, send)
+        response.close()
 
     def _view(self, scope: dict[str, Any]) -> Callable[..., Awaitable[HttpResponseBase]] | None:
         path: str = scope["path"]
@@ -97,10 +153,12 @@ class FrontDoor:
         return self._views[path]
 
 
-
-async def _send_whole(response: HttpResponseBase, send: Any) -> None:
+async def _send_whole(
+    response: HttpResponseBase, fixed: tuple[_Encoded, ...], send: Any
+) -> None:
     """A whole response over ASGI: what `ASGIHandler.send_response` sends for one (the headers
-    as set, the cookies, the body), in one body message and without `response.close()`.
+    as set, then each of `fixed` the answer has no header of that name for, `Content-Length`,
+    the cookies, the body), in one body message and without `response.close()`.
 
     Hand-written because measured (bench/load.py A/B, docs/performance.md): Django's send, its
     chunking generator and `close()` cost about a tenth of a round's CPU. `close()` would fire
@@ -109,10 +167,16 @@ async def _send_whole(response: HttpResponseBase, send: Any) -> None:
     work runs on the asyncio pool or on `run_db`'s threads, which tend their own), and its
     responses hold no resources to close (bytes, never files or iterators).
     """
-    headers = [(name.encode("ascii"), value.encode("latin-1")) for name, value in response.items()]
+    own = response.headers
+    headers = [(name.encode("ascii"), value.encode("latin-1")) for name, value in own.items()]
+    headers.extend(encoded for name, encoded in fixed if name not in own)
+    content: bytes = response.content  # type: ignore[attr-defined]
+    if "Content-Length" not in own:
+        # What CommonMiddleware adds: the answer is whole, so no chunked encoding.
+        headers.append((b"Content-Length", b"%d" % len(content)))
     headers.extend(
         (b"Set-Cookie", cookie.OutputString().encode("ascii"))
         for cookie in response.cookies.values()
     )
     await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": response.content})  # type: ignore[attr-defined]
+    await send({"type": "http.response.body", "body": content})

@@ -36,9 +36,14 @@ class BoundedBytesParser(BaseParser):
 def request_body(request: Request) -> bytes:
     """The request body's exact bytes, for the NIP-98 payload hash and for the view.
 
-    DRF parses once and keeps the result; for a request that names no Content-Type it runs no
-    parser, and the body is then Django's own, bounded by DATA_UPLOAD_MAX_MEMORY_SIZE (the same
-    limit).
+    Served by the front door, the body came whole and bounded (`relaycore.body_limit` read it)
+    and the door hands it over as it is (`relay_body`): DRF's parsing (negotiation, stream,
+    parser) would only copy it. Elsewhere DRF parses once and keeps the result; for a request
+    that names no Content-Type it runs no parser, and the body is then Django's own, bounded by
+    DATA_UPLOAD_MAX_MEMORY_SIZE (the same limit).
     """
+    body: bytes | None = getattr(request._request, "relay_body", None)
+    if body is not None:
+        return body
     data = request.data
     return data if isinstance(data, bytes) else bytes(request._request.body)

@@ -4,7 +4,7 @@ DRF's request holds itself and the view in its parser context, and a rendered DR
 holds itself and the view in its renderer context. Left so, every request's objects (the view,
 both requests, the response, a round's cursor) wait for the cyclic garbage collector instead of
 being freed when the answer is sent, and under load the collector ran ten times as often
-(docs/performance.md). `RelayAPIView.dispatch` breaks both cycles once the response is final.
+(docs/performance.md). `RelayAPIView.respond` breaks both cycles once the response is final.
 """
 
 from __future__ import annotations
