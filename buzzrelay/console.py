@@ -21,10 +21,8 @@ from django.utils.deprecation import MiddlewareMixin
 
 from buzzrelay.error_views import not_found
 from relaycore.addressing import in_networks
-from relaycore.http import client_address, public_scheme
+from relaycore.http import client_address, settle_public_scheme
 
-# settings.SECURE_PROXY_SSL_HEADER's key, set here and nowhere else.
-SCHEME_META_KEY = "HTTP_X_BUZZ_PUBLIC_SCHEME"
 CONSOLE_PREFIX = "/admin/"
 ANY_ADDRESS = ("0.0.0.0/0", "::/0")
 
@@ -38,10 +36,7 @@ def client_ip(request: HttpRequest) -> str | None:
 
 class ConsoleMiddleware(MiddlewareMixin):
     def process_request(self, request: HttpRequest) -> HttpResponse | None:
-        # Dropped first: the connection's own scheme (one of the rule's inputs) is read through
-        # request.scheme, which would believe it.
-        request.META.pop(SCHEME_META_KEY, None)
-        request.META[SCHEME_META_KEY] = public_scheme(request)
+        settle_public_scheme(request)
         networks: tuple[str, ...] = settings.ADMIN_ALLOWED_NETWORKS
         if (
             networks

@@ -52,6 +52,21 @@ def public_scheme(request: HttpRequest) -> str:
     return "https" if addressing.public_secure(_address(request)) else "http"
 
 
+# settings.SECURE_PROXY_SSL_HEADER's key: Django reads `request.is_secure()` (HSTS, the CSRF
+# Referer check, secure redirects) from it and believes it from anyone.
+SCHEME_META_KEY = "HTTP_X_BUZZ_PUBLIC_SCHEME"
+
+
+def settle_public_scheme(request: HttpRequest) -> None:
+    """Sets the header `is_secure()` reads from the relay's own rule (X-Forwarded-Proto only from
+    RELAY_TRUSTED_PROXIES, RELAY_PUBLIC_URL over both), after dropping whatever a client sent
+    under that name. Dropped first: the connection's own scheme, one of the rule's inputs, is
+    read through request.scheme, which would believe it. Every request passes here once: Django's
+    through ConsoleMiddleware, the front door's before its view."""
+    request.META.pop(SCHEME_META_KEY, None)
+    request.META[SCHEME_META_KEY] = public_scheme(request)
+
+
 def public_netloc(request: HttpRequest) -> str:
     """host[:port] as the client addressed the relay (RELAY_PUBLIC_URL wins when set)."""
     return addressing.public_netloc(_address(request))

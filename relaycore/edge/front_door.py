@@ -31,6 +31,7 @@ from django.urls import Resolver404, resolve
 from relaycore.asgi_types import Receive
 from relaycore.body_limit import BodyTooLarge, ClientDisconnected, read_body
 from relaycore.edge.views import RelayAPIView
+from relaycore.http import settle_public_scheme
 from relaycore.metrics import record_front_door_request
 from relaycore.middleware import add_cors_headers
 
@@ -84,6 +85,9 @@ class FrontDoor:
             return  # the client left (the limit in front already answered an oversized body)
         record_front_door_request()
         request = ASGIRequest(scope, io.BytesIO(body))
+        # Django's middleware, which this path skips, would have: HSTS and the views' NIP-98 `u`
+        # read the scheme, and a client's own X-Buzz-Public-Scheme must not decide it.
+        settle_public_scheme(request)
         request.served_by_front_door = True  # type: ignore[attr-defined]  # views.on_server_loop
         request.relay_body = body  # type: ignore[attr-defined]  # parsers.request_body
         response: Any = await view(request)

@@ -150,6 +150,7 @@ def test_rounds_are_the_same_pages_whichever_path_answers(
         "unknown host",
         "bad signature",
         "signed for another URL",
+        "signed for https with a forged scheme header",
         "no authorization",
         "not json",
         "invalid filter",
@@ -175,6 +176,12 @@ def test_refusals_are_djangos_answers(
             kwargs["authorization"] = header[:-8] + "AAAAAAA="
         elif case == "signed for another URL":
             kwargs["authorization"] = nip98_header(reader, "http://elsewhere/query", "POST", body)
+        elif case == "signed for https with a forged scheme header":
+            # The relay's scheme rule, not the client's own X-Buzz-Public-Scheme (the header
+            # Django's is_secure() reads), decides the `u` NIP-98 must name: plain http here.
+            https_url = relay.url.replace("http://", "https://", 1) + "/query"
+            kwargs["authorization"] = nip98_header(reader, https_url, "POST", body)
+            kwargs["X-Buzz-Public-Scheme"] = "https"
         elif case == "not json":
             body = b"[{"
         elif case == "invalid filter":
