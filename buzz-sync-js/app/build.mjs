@@ -28,7 +28,7 @@ const result = await build({
   target: ["es2022", "chrome109", "firefox115", "safari16"],
   minify: true,
   legalComments: "none",
-  // nostr-wasm (libsecp256k1 as WebAssembly, ~290 KB) is imported dynamically: a chunk of its
+  // The signature checker (libsecp256k1 as WebAssembly, ~78 KB as base64) is imported dynamically: a chunk of its
   // own, named by its content, fetched while the page paints rather than parsed before it.
   splitting: true,
   outdir: out,
