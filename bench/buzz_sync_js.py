@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -51,16 +52,23 @@ def node_round(relay: Relay, reader: str, verify: bool,
         return result
 
 
-def browser_figures(relay: Relay, n: int, board_js: Path | None = None) -> dict[str, Any]:
+def browser_figures(relay: Relay, n: int, scripts: Path | None = None) -> dict[str, Any]:
     """The /app/ page in Debian's Chromium: its first sync of N tasks into IndexedDB (NIP-11,
     pages, signature checks, IndexedDB transactions, one render), then a reload's first paint
-    of the N tasks from IndexedDB. `board_js`: serve this script as the page's instead (the
-    A/B: another checkout's committed page, on the same relay and data)."""
+    of the N tasks from IndexedDB. `scripts`: serve the page's scripts (board.js and the chunks
+    it imports) from this folder instead (the A/B: another checkout's committed page, on the
+    same relay and data)."""
     from playwright.sync_api import Route, sync_playwright
 
     def other_script(route: Route) -> None:
-        assert board_js is not None
-        route.fulfill(body=board_js.read_text(), content_type="text/javascript")
+        assert scripts is not None
+        # The relay serves board.js under a content-hashed name (the manifest storage).
+        name = re.sub(r"\.[0-9a-f]{12}\.js$", ".js", route.request.url.rsplit("/", 1)[1].split("?")[0])
+        found = scripts / name
+        if not found.is_file():
+            route.fulfill(status=404, body="")
+            return
+        route.fulfill(body=found.read_text(), content_type="text/javascript")
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
@@ -69,8 +77,8 @@ def browser_figures(relay: Relay, n: int, board_js: Path | None = None) -> dict[
             context = browser.new_context(bypass_csp=True)
             page = context.new_page()
             page.set_default_timeout(600_000)
-            if board_js is not None:
-                page.route("**/static/buzz-app/board.*js", other_script)
+            if scripts is not None:
+                page.route("**/static/buzz-app/*.js*", other_script)
             # The renderer main thread's busy time (CDP's TaskDuration: script, style, layout,
             # IndexedDB callbacks): the fairer figure when other work shares the CPUs.
             cdp = context.new_cdp_session(page)
@@ -119,6 +127,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3, help="A/B pairs of Node rounds")
     parser.add_argument("--database-url", default=os.environ.get(
         "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
+    parser.add_argument("--bench-database", default="buzz_sync_js_bench",
+                        help="the database the bench creates and drops (beside --database-url's)")
     parser.add_argument("--redis-url", default=os.environ.get(
         "BENCH_REDIS_URL", "redis://127.0.0.1:6379/6"))
     args = parser.parse_args()
@@ -129,7 +139,7 @@ def main() -> None:
     bases: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
     for n in args.n:
         started = time.perf_counter()
-        url = prepare_database(args.database_url, "buzz_sync_js_bench")
+        url = prepare_database(args.database_url, args.bench_database)
         seed(url, n, author, pubkey_from_secret(reader))
         print(f"N={n:,}: seeded in {time.perf_counter() - started:.1f} s", file=sys.stderr)
         os.environ["RELAY_APP"] = "1"  # the relay serves /app/ for --browser
@@ -146,8 +156,8 @@ def main() -> None:
                     base = node_round(relay, reader, verify=True, package=args.base)
                     bases.append((n, base, node_round(relay, reader, verify=True)))
             if args.browser and args.base:
-                base_js = args.base.parent / "buzzrelay" / "static" / "buzz-app" / "board.js"
-                browsers.append((n, browser_figures(relay, n, base_js) | {"label": "base"}))
+                base_scripts = args.base.parent / "buzzrelay" / "static" / "buzz-app"
+                browsers.append((n, browser_figures(relay, n, base_scripts) | {"label": "base"}))
             if args.browser:
                 browsers.append((n, browser_figures(relay, n) | {"label": "this checkout"}))
         finally:
@@ -156,7 +166,7 @@ def main() -> None:
             assert found["stored"] == n and found["kind"] == "full", found
         rows.append((n, python, python_again, node, node_plain))
     with psycopg.connect(args.database_url, autocommit=True) as conn:
-        conn.execute('DROP DATABASE IF EXISTS "buzz_sync_js_bench" WITH (FORCE)')
+        conn.execute(f'DROP DATABASE IF EXISTS "{args.bench_database}" WITH (FORCE)')
 
     print(f"\nFull round into SQLite, same relay, same run (page limit 1000, "
           f"{os.cpu_count()} CPUs shared); artifacts/s\n")

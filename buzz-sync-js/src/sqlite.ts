@@ -107,6 +107,7 @@ export class SqliteStore implements Store {
       const before = this.readState(key);
       checkVersion(before, plan);
       const slot = plan.target;
+      const live = before.liveSlot;
       if (plan.clearTarget) s.clear.run(key, slot);
       let changes = applyEntries(
         {
@@ -118,8 +119,8 @@ export class SqliteStore implements Store {
           },
         },
         plan.page,
+        slot === live,
       );
-      const live = before.liveSlot;
       if (slot !== live) {
         changes = noChanges();
         if (plan.swap) changes = this.swap(key, live, slot);
