@@ -13,7 +13,7 @@
 import { BuzzError } from "./errors.js";
 import { type Page, pageItems, parsePage, useWasmVerifier } from "./page.js";
 import type { RelayHttp, RelayInfo } from "./relay.js";
-import type { CollectionState, LiveChanges, Store } from "./store.js";
+import type { AppliedPage, CollectionState, LiveChanges, Store } from "./store.js";
 import { isUuid } from "./types.js";
 
 export interface SyncFilter {
@@ -141,41 +141,15 @@ export class Syncer {
     // it is used unless this page was applied (a page that fails its checks ends the round, and
     // the request's answer is dropped).
     let prefetched: Promise<unknown> | null = null;
-    const maxPages = options.maxPages ?? Infinity;
-    for (let n = 0; n < maxPages; n += 1) {
-      let body: unknown;
-      try {
-        const ahead = prefetched;
-        prefetched = null;
-        body = await (ahead ?? this.fetch(info, progress));
-      } catch (error) {
-        if (!(error instanceof BuzzError) || error.relayCode !== "invalid_progress" || progress === null || tokenRefused) throw error;
-        // The relay cannot read our token (its key changed beyond rotation, or storage was
-        // edited): start over with a full round rather than give up.
-        tokenRefused = true;
-        progress = null;
-        summary.kind = "full";
-        summary.resets += 1;
-        continue;
-      }
-      const next = (body as { progress?: unknown; more?: unknown } | null) ?? {};
-      if (next.more === true && typeof next.progress === "string" && next.progress && n + 1 < maxPages) {
-        prefetched = this.fetch(info, next.progress);
-        prefetched.catch(() => undefined); // surfaces when awaited; never an unhandled rejection
-      }
-      const page = parsePage(body, this.verify);
-      const startsFull = progress === null || page.reset;
-      let target = liveSlot;
-      if (startsFull) target = (1 - liveSlot) as 0 | 1;
-      else if (roundOpen && targetSlot !== null) target = targetSlot;
-      const applied = await this.store.applyPage(this.key, {
-        expectedVersion: version,
-        target,
-        clearTarget: startsFull,
-        page,
-        continuable: info.incremental,
-        swap: !page.more && target !== liveSlot,
-      });
+    // A page's transaction is committing (IndexedDB commits off the page's thread) while the
+    // next page is parsed and its signatures checked; it is awaited before the next is applied,
+    // and before the round ends or fails, so pages are still applied one at a time, in order.
+    let applying: { result: Promise<AppliedPage>; page: Page } | null = null;
+    const settle = async (): Promise<void> => {
+      if (applying === null) return;
+      const { result, page } = applying;
+      applying = null;
+      const applied = await result;
       if (page.reset && progress !== null) {
         summary.resets += 1;
         summary.kind = "full";
@@ -193,7 +167,62 @@ export class Syncer {
       summary.seconds = (performance.now() - started) / 1000;
       summary.waited = this.http.stats.waited - waitedBefore;
       options.onPage?.({ summary, changes: applied.changes, page, state: applied.state });
-      if (!page.more) return summary;
+    };
+    const maxPages = options.maxPages ?? Infinity;
+    try {
+      for (let n = 0; n < maxPages; n += 1) {
+        let body: unknown;
+        try {
+          const ahead = prefetched;
+          prefetched = null;
+          body = await (ahead ?? this.fetch(info, progress));
+        } catch (error) {
+          await settle(); // the page before is applied and reported first, as it would have been
+          if (!(error instanceof BuzzError) || error.relayCode !== "invalid_progress" || progress === null || tokenRefused) throw error;
+          // The relay cannot read our token (its key changed beyond rotation, or storage was
+          // edited): start over with a full round rather than give up.
+          tokenRefused = true;
+          progress = null;
+          summary.kind = "full";
+          summary.resets += 1;
+          continue;
+        }
+        const next = (body as { progress?: unknown; more?: unknown } | null) ?? {};
+        if (next.more === true && typeof next.progress === "string" && next.progress && n + 1 < maxPages) {
+          prefetched = this.fetch(info, next.progress);
+          prefetched.catch(() => undefined); // surfaces when awaited; never an unhandled rejection
+        }
+        let page: Page;
+        try {
+          page = parsePage(body, this.verify);
+        } catch (error) {
+          await settle();
+          throw error;
+        }
+        await settle();
+        const startsFull = progress === null || page.reset;
+        let target = liveSlot;
+        if (startsFull) target = (1 - liveSlot) as 0 | 1;
+        else if (roundOpen && targetSlot !== null) target = targetSlot;
+        applying = {
+          page,
+          result: this.store.applyPage(this.key, {
+            expectedVersion: version,
+            target,
+            clearTarget: startsFull,
+            page,
+            continuable: info.incremental,
+            swap: !page.more && target !== liveSlot,
+          }),
+        };
+        applying.result.catch(() => undefined); // surfaces in settle(); never an unhandled rejection
+        if (!page.more) break;
+      }
+      await settle();
+    } finally {
+      // A round that fails (a later page's checks, the network) still waits for the page
+      // already being applied: it is valid, and it commits before the error reaches the caller.
+      if (applying !== null) await (applying as { result: Promise<AppliedPage> }).result.catch(() => undefined);
     }
     return summary;
   }

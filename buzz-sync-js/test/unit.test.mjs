@@ -329,3 +329,34 @@ test("without artifacts.incremental every round is full and no token of that tim
   assert.equal(next.kind, "continuation");
   assert.deepEqual(sent, [null, null, null, "t3"]);
 });
+
+test("a page is checked while the one before commits, yet a bad page still finds that one applied and reported", async () => {
+  // Page 1 is valid, page 2 carries an event whose signature was altered. The store takes its
+  // time to commit (as IndexedDB does), so page 2 is checked while page 1 is still committing.
+  const [d1, d2] = [uuidOf(1), uuidOf(2)];
+  const good = head(d1, CHANNELS[0], "one");
+  const forged = { ...head(d2, CHANNELS[0], "two"), content: "forged" };
+  const bodies = [
+    { events: [good], removed: [], progress: "p1", more: true, reset: false },
+    { events: [JSON.parse(JSON.stringify(forged))], removed: [], progress: "p2", more: false, reset: false },
+  ];
+  const http = new RelayHttp(RelayAddress.parse("http://relay.test"), keySigner(SECRET), {
+    fetch: async (url, init) => (init.method === "GET" ? json(200, INFO) : json(200, bodies.shift())),
+  });
+  const store = new MemoryStore();
+  const commits = [];
+  const apply = store.applyPage.bind(store);
+  store.applyPage = async (key, plan) => {
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    commits.push(plan.page.progress);
+    return apply(key, plan);
+  };
+  await store.open("k");
+  const reported = [];
+  const syncer = new Syncer({ http, store, key: "k" });
+  await assert.rejects(syncer.runRound({ onPage: (p) => reported.push(p.page.progress) }), /does not match/);
+  assert.deepEqual(commits, ["p1"]);
+  assert.deepEqual(reported, ["p1"]);
+  assert.equal((await store.state("k")).progress, "p1");
+  assert.equal((await store.state("k")).roundOpen, true);
+});
