@@ -43,6 +43,8 @@ async function main(): Promise<void> {
   const client = await BuzzClient.open({
     relay: location.origin,
     store,
+    // The next page's signatures are checked in a worker while this thread writes a page.
+    verifyWorker: () => new Worker(new URL("./verify-worker.js", import.meta.url), { type: "module" }),
     warn: (message) => {
       const warning = $("warning");
       warning.textContent = message;

@@ -21,7 +21,8 @@ if (process.argv.includes("--library")) {
 }
 const out = join(here, "..", "..", "buzzrelay", "static", "buzz-app");
 const result = await build({
-  entryPoints: [join(here, "board.ts")],
+  // verify-worker: the page's signature checks off its thread (src/verify-worker.ts).
+  entryPoints: [join(here, "board.ts"), join(here, "..", "src", "verify-worker.ts")],
   bundle: true,
   format: "esm",
   platform: "browser",
@@ -39,7 +40,7 @@ const result = await build({
 });
 const files = Object.fromEntries(result.outputFiles.map((file) => [basename(file.path), file.text]));
 files["board.css"] = readFileSync(join(here, "board.css"), "utf8");
-const built = (name) => name === "board.js" || /^chunk-[A-Z0-9]+\.js$/.test(name);
+const built = (name) => name === "board.js" || name === "verify-worker.js" || /^chunk-[A-Z0-9]+\.js$/.test(name);
 if (process.argv.includes("--check")) {
   const stale = Object.entries(files).filter(([name, text]) => {
     try {

@@ -35,6 +35,10 @@ export interface BuzzClientOptions {
   viewChanges?: ViewChanges;
   /** Verify signatures with libsecp256k1 in WebAssembly when it loads (default true). */
   wasmVerifier?: boolean;
+  /** Browsers: a page's signatures are checked in this Web Worker (the package's
+   * `verify-worker` script, which the app serves) while the page before is written; see
+   * `SyncerOptions.verifyWorker`. */
+  verifyWorker?: () => Worker;
   /** Follow the live WebSocket when the relay offers `artifacts.sync` (default true). */
   live?: boolean;
   WebSocket?: WebSocketFactory;
@@ -122,6 +126,7 @@ export class BuzzClient {
     this.syncer = new Syncer({
       http: this.http, store: this.store, key: this.key, filter: options.filter, pageLimit: options.pageLimit,
       verify: options.verify, viewChanges: options.viewChanges, wasmVerifier: options.wasmVerifier,
+      verifyWorker: options.verifyWorker,
     });
     this.publisher = new Publisher({
       http: this.http, store: this.store, key: this.key, signer,

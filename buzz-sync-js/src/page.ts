@@ -68,10 +68,19 @@ export function parseArtifactEvent(value: unknown, verify: boolean): NostrEvent 
   }
   // The id is the hash of the content and the author signed it: a relay cannot forge or alter
   // an artifact without this failing.
-  if (verify && !verifyEvent(event)) {
-    throw new BuzzError("protocol", `relay served event ${event.id} whose id or signature does not match it`);
-  }
+  if (verify && !verifyEvent(event)) throw forged(event);
   return event;
+}
+
+export const forged = (event: NostrEvent): BuzzError =>
+  new BuzzError("protocol", `relay served event ${event.id} whose id or signature does not match it`);
+
+/** The served events of a page `parsePage(body, false)` accepted (their shape is checked). */
+export const servedEvents = (body: unknown): NostrEvent[] => (body as { events: NostrEvent[] }).events;
+
+/** Checks ids and signatures on this thread (what a page's worker could not). */
+export function verifyEvents(events: readonly NostrEvent[]): void {
+  for (const event of events) if (!verifyEvent(event)) throw forged(event);
 }
 
 export function parsePage(body: unknown, verify = true): Page {

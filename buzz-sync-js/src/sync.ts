@@ -11,10 +11,11 @@
  */
 
 import { BuzzError } from "./errors.js";
-import { type Page, pageItems, parsePage, useWasmVerifier } from "./page.js";
+import { forged, type Page, pageItems, parsePage, servedEvents, useWasmVerifier, verifyEvents } from "./page.js";
 import type { RelayHttp, RelayInfo } from "./relay.js";
 import type { AppliedPage, CollectionState, LiveChanges, Store } from "./store.js";
 import { isUuid } from "./types.js";
+import { VerifierWorker } from "./verify-pool.js";
 
 export interface SyncFilter {
   /** Home channels (`#h`); empty: every channel the reader can read. */
@@ -80,6 +81,11 @@ export interface SyncerOptions {
   viewChanges?: ViewChanges;
   /** Verify with libsecp256k1 in WebAssembly when it loads (default true); false: noble. */
   wasmVerifier?: boolean;
+  /** Browsers: check a page's signatures in a Web Worker running the package's
+   * `verify-worker` script (e.g. `() => new Worker(new URL("./verify-worker.js",
+   * import.meta.url), { type: "module" })`), so that they are checked while the page before is
+   * written. Without it, or when the worker cannot check, they are checked on this thread. */
+  verifyWorker?: () => Worker;
 }
 
 export class Syncer {
@@ -91,6 +97,8 @@ export class Syncer {
   readonly verify: boolean;
   readonly viewChanges: ViewChanges;
   readonly wasmVerifier: boolean;
+  private readonly verifyWorker?: () => Worker;
+  private checker: VerifierWorker | null | undefined;
 
   constructor(options: SyncerOptions) {
     this.http = options.http;
@@ -104,6 +112,7 @@ export class Syncer {
     this.verify = options.verify ?? true;
     this.viewChanges = options.viewChanges ?? "auto";
     this.wasmVerifier = options.wasmVerifier ?? true;
+    this.verifyWorker = options.verifyWorker;
   }
 
   async relayInfo(): Promise<RelayInfo> {
@@ -115,6 +124,14 @@ export class Syncer {
   async runRound(options: { info?: RelayInfo; onPage?: (progress: PageProgress) => void; maxPages?: number } = {}): Promise<RoundSummary> {
     const info = options.info ?? (await this.relayInfo());
     if (this.verify && this.wasmVerifier) await useWasmVerifier();
+    if (this.checker === undefined) {
+      try {
+        this.checker = this.verify && this.wasmVerifier && this.verifyWorker ? new VerifierWorker(this.verifyWorker()) : null;
+      } catch {
+        this.checker = null; // no worker here (or the page's CSP refuses it): this thread checks
+      }
+    }
+    const checker = this.checker;
     const started = performance.now();
     const waitedBefore = this.http.stats.waited;
     const state = await this.store.state(this.key);
@@ -193,13 +210,20 @@ export class Syncer {
           prefetched.catch(() => undefined); // surfaces when awaited; never an unhandled rejection
         }
         let page: Page;
+        let checked: Promise<number | null> | null = null;
         try {
-          page = parsePage(body, this.verify);
+          page = parsePage(body, this.verify && checker === null);
+          if (this.verify && checker !== null) checked = checker.check(servedEvents(body));
         } catch (error) {
           await settle();
           throw error;
         }
         await settle();
+        if (checked !== null) {
+          const bad = await checked;
+          if (bad === null) verifyEvents(servedEvents(body));
+          else if (bad >= 0) throw forged(servedEvents(body)[bad]);
+        }
         const startsFull = progress === null || page.reset;
         let target = liveSlot;
         if (startsFull) target = (1 - liveSlot) as 0 | 1;

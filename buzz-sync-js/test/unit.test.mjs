@@ -3,6 +3,7 @@
 // policy (503 backoff, give up), and an unreachable relay sends writes to the outbox.
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { Worker as NodeWorker } from "node:worker_threads";
 import { IDBFactory, IDBKeyRange } from "fake-indexeddb";
 
 import { BuzzClient, IndexedDbStore, MemoryStore, Publisher, RelayAddress, RelayHttp, Syncer, keySigner, generateSecretHex, parsePage } from "../dist/index.js";
@@ -360,3 +361,64 @@ test("a page is checked while the one before commits, yet a bad page still finds
   assert.equal((await store.state("k")).progress, "p1");
   assert.equal((await store.state("k")).roundOpen, true);
 });
+
+/** A browser Worker's shape over a Node worker thread running dist/verify-worker.js. */
+class ThreadWorker {
+  constructor() {
+    this.thread = new NodeWorker(new URL("./verify-worker-node.mjs", import.meta.url));
+    this.thread.unref();
+    this.onmessage = null;
+    this.onerror = null;
+    this.thread.on("message", (data) => this.onmessage?.({ data }));
+    this.thread.on("error", (error) => this.onerror?.(error));
+  }
+  postMessage(message) {
+    this.thread.postMessage(message);
+  }
+  terminate() {
+    void this.thread.terminate();
+  }
+}
+
+/** A worker that fails as soon as it is asked (a page whose CSP refused it, say). */
+class BrokenWorker {
+  postMessage() {
+    setTimeout(() => this.onerror?.(new Error("worker failed to start")), 1);
+  }
+  terminate() {}
+}
+
+for (const [name, makeWorker] of [["a worker", () => new ThreadWorker()], ["a broken worker (this thread instead)", () => new BrokenWorker()]]) {
+  test(`signatures checked by ${name}: a valid round applies, a forged event stops the round after the page before`, async () => {
+    const pages = (forge) => {
+      const events = Array.from({ length: 6 }, (_, i) => JSON.parse(JSON.stringify(head(uuidOf(100 + i), CHANNELS[i % 3], `w${i}`))));
+      if (forge) events[4] = { ...events[4], tags: [...events[4].tags, ["x", "y"]] };
+      return [
+        { events: events.slice(0, 3), removed: [], progress: "p1", more: true, reset: false },
+        { events: events.slice(3), removed: [], progress: "p2", more: false, reset: false },
+      ];
+    };
+    for (const forge of [false, true]) {
+      const bodies = pages(forge);
+      const http = new RelayHttp(RelayAddress.parse("http://relay.test"), keySigner(SECRET), {
+        fetch: async (url, init) => (init.method === "GET" ? json(200, INFO) : json(200, bodies.shift())),
+      });
+      const store = new MemoryStore();
+      await store.open("k");
+      const worker = makeWorker();
+      try {
+        const syncer = new Syncer({ http, store, key: "k", verifyWorker: () => worker });
+        if (forge) {
+          await assert.rejects(syncer.runRound(), /whose id or signature does not match/);
+          assert.equal((await store.state("k")).progress, "p1");
+        } else {
+          const summary = await syncer.runRound();
+          assert.equal(summary.pages, 2);
+          assert.equal(await store.count("k"), 6);
+        }
+      } finally {
+        worker.terminate();
+      }
+    }
+  });
+}
