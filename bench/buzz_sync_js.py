@@ -63,8 +63,8 @@ def browser_figures(relay: Relay, n: int, scripts: Path | None = None) -> dict[s
     def other_script(route: Route) -> None:
         assert scripts is not None
         # The relay serves board.js under a content-hashed name (the manifest storage).
-        name = re.sub(r"\.[0-9a-f]{12}\.js$", ".js", route.request.url.rsplit("/", 1)[1].split("?")[0])
-        found = scripts / name
+        name = route.request.url.rsplit("/", 1)[1].split("?")[0]
+        found = scripts / re.sub(r"\.[0-9a-f]{12}\.js$", ".js", name)
         if not found.is_file():
             route.fulfill(status=404, body="")
             return
