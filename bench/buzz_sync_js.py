@@ -38,12 +38,13 @@ PACKAGE = ROOT / "buzz-sync-js"
 
 
 def node_round(relay: Relay, reader: str, verify: bool,
-               package: Path = PACKAGE) -> dict[str, Any]:
+               package: Path = PACKAGE, one_thread: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         run = subprocess.run(
             # BENCH_NODE_FLAGS: e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" to profile the round.
             ["node", *os.environ.get("BENCH_NODE_FLAGS", "").split(), "bench/full_round.mjs",
-             relay.url, reader, str(Path(tmp) / "c.sqlite"), "1" if verify else "0"],
+             relay.url, reader, str(Path(tmp) / "c.sqlite"), "1" if verify else "0",
+             "main" if one_thread else "default"],
             cwd=package, capture_output=True, text=True, check=False,
         )
         if run.returncode != 0:
@@ -150,6 +151,9 @@ def main() -> None:
             node = node_round(relay, reader, verify=True)
             python_again = full_round(relay, reader, verify=True)
             node_plain = node_round(relay, reader, verify=False)
+            # Signatures checked on the round's thread, not in the worker thread beside the
+            # SQLite writes (nodeVerifyWorker) that a Node client uses by default.
+            node_one = node_round(relay, reader, verify=True, one_thread=True)
             if args.base:
                 # Alternated pairs, the previous checkout first in each: rates per pair.
                 for _ in range(args.pairs):
@@ -162,26 +166,29 @@ def main() -> None:
                 browsers.append((n, browser_figures(relay, n) | {"label": "this checkout"}))
         finally:
             relay.stop()
-        for found in (python, node, python_again, node_plain):
+        for found in (python, node, python_again, node_plain, node_one):
             assert found["stored"] == n and found["kind"] == "full", found
-        rows.append((n, python, python_again, node, node_plain))
+        rows.append((n, python, python_again, node, node_plain, node_one))
     with psycopg.connect(args.database_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{args.bench_database}" WITH (FORCE)')
 
     print(f"\nFull round into SQLite, same relay, same run (page limit 1000, "
           f"{os.cpu_count()} CPUs shared); artifacts/s\n")
     print(f"{'N':>9} | {'buzz-sync':>9} | {'(again)':>8} | {'buzz-sync-js':>12} | "
-          f"{'ratio':>5} | {'js no-verify':>12} | {'py CPU s':>8} | {'js CPU s':>8} | "
-          f"{'js peak RSS MiB':>15}")
-    print("-" * 107)
-    for n, python, python_again, node, plain in rows:
+          f"{'ratio':>5} | {'js 1 thread':>11} | {'ratio':>5} | {'js no-verify':>12} | "
+          f"{'py CPU s':>8} | {'js CPU s':>8} | {'js peak RSS MiB':>15}")
+    print("-" * 129)
+    for n, python, python_again, node, plain, one in rows:
         py_rate = n / min(python["seconds"], python_again["seconds"])
         js_rate = n / node["seconds"]
         print(f"{n:>9,} | {n / python['seconds']:>9,.0f} | {n / python_again['seconds']:>8,.0f} | "
-              f"{js_rate:>12,.0f} | {js_rate / py_rate:>5.2f} | {n / plain['seconds']:>12,.0f} | "
+              f"{js_rate:>12,.0f} | {js_rate / py_rate:>5.2f} | {n / one['seconds']:>11,.0f} | "
+              f"{n / one['seconds'] / py_rate:>5.2f} | {n / plain['seconds']:>12,.0f} | "
               f"{min(python['cpu_seconds'], python_again['cpu_seconds']):>8.1f} | "
               f"{node['cpu_seconds']:>8.1f} | {node['rss_peak_kib'] / 1024:>15.1f}")
-    print("\nratio: buzz-sync-js over the better of buzz-sync's two rounds (target >= 1); CPU: "
+    print("\nratio: buzz-sync-js over the better of buzz-sync's two rounds (target >= 1), its "
+          "signatures checked in a worker thread (Node's default); js 1 thread: on the round's "
+          "own thread; CPU: "
           "each client process's own CPU time in the round (the better of buzz-sync's two), the "
           "fairer figure on a shared machine.")
 

@@ -15,7 +15,7 @@ import { forged, type Page, pageItems, parsePage, servedEvents, useWasmVerifier,
 import type { RelayHttp, RelayInfo } from "./relay.js";
 import type { AppliedPage, CollectionState, LiveChanges, Store } from "./store.js";
 import { isUuid } from "./types.js";
-import { VerifierWorker } from "./verify-pool.js";
+import { VerifierWorker, type VerifyWorkerLike } from "./verify-pool.js";
 
 export interface SyncFilter {
   /** Home channels (`#h`); empty: every channel the reader can read. */
@@ -84,8 +84,10 @@ export interface SyncerOptions {
   /** Browsers: check a page's signatures in a Web Worker running the package's
    * `verify-worker` script (e.g. `() => new Worker(new URL("./verify-worker.js",
    * import.meta.url), { type: "module" })`), so that they are checked while the page before is
-   * written. Without it, or when the worker cannot check, they are checked on this thread. */
-  verifyWorker?: () => Worker;
+   * written. Node: `nodeVerifyWorker` (`buzz-sync-js/node`), a worker thread doing the same
+   * beside the SQLite writes. Without it, or when the worker cannot check, they are checked on
+   * this thread. */
+  verifyWorker?: () => VerifyWorkerLike;
 }
 
 export class Syncer {
@@ -97,7 +99,7 @@ export class Syncer {
   readonly verify: boolean;
   readonly viewChanges: ViewChanges;
   readonly wasmVerifier: boolean;
-  private readonly verifyWorker?: () => Worker;
+  private readonly verifyWorker?: () => VerifyWorkerLike;
   private checker: VerifierWorker | null | undefined;
 
   constructor(options: SyncerOptions) {
@@ -113,6 +115,12 @@ export class Syncer {
     this.viewChanges = options.viewChanges ?? "auto";
     this.wasmVerifier = options.wasmVerifier ?? true;
     this.verifyWorker = options.verifyWorker;
+  }
+
+  /** Ends the verifying worker, if one was started (the next round would start another). */
+  close(): void {
+    this.checker?.terminate();
+    this.checker = undefined;
   }
 
   async relayInfo(): Promise<RelayInfo> {

@@ -60,3 +60,10 @@ export async function loadWasmVerifier(): Promise<EventVerifier> {
     return wasm.buzz_verify_event(base, written) === 1;
   };
 }
+
+/** The index of the first event whose id or signature does not hold, -1 if all hold (what a
+ * verifying worker answers: verify-worker.ts in a browser, verify-thread.ts in Node). */
+export function firstForged(verify: EventVerifier, events: readonly NostrEvent[]): number {
+  for (let i = 0; i < events.length; i += 1) if (!verify(events[i])) return i;
+  return -1;
+}

@@ -2,20 +2,30 @@
  * Signature checks off the page's thread: a page's events go to a Web Worker running the same
  * WebAssembly verifier (verify-worker.ts) while the page writes the page before. The worker
  * only answers; what to do with a bad event is decided here, and a worker that cannot check
- * (failed to start, WebAssembly refused there) makes the caller check on its own thread.
+ * (failed to start, WebAssembly refused there) makes the caller check on its own thread. In
+ * Node the worker is a worker thread (node-verify.ts) and pages are written to SQLite.
  */
 
 import type { NostrEvent } from "./types.js";
 
 type Answer = { id: number; bad: number } | { id: number; error: string };
 
+/** What `VerifierWorker` needs of a worker: a browser `Worker` has it, and so has
+ * `nodeVerifyWorker()`'s wrapper of a Node worker thread (node-verify.ts). */
+export interface VerifyWorkerLike {
+  onmessage: ((message: MessageEvent) => void) | null;
+  onerror: ((error: unknown) => void) | null;
+  postMessage(message: unknown): void;
+  terminate(): void;
+}
+
 export class VerifierWorker {
-  private readonly worker: Worker;
+  private readonly worker: VerifyWorkerLike;
   private readonly waiting = new Map<number, { resolve: (bad: number | null) => void }>();
   private nextId = 0;
   private broken = false;
 
-  constructor(worker: Worker) {
+  constructor(worker: VerifyWorkerLike) {
     this.worker = worker;
     worker.onmessage = ({ data }: MessageEvent<Answer>) => {
       const found = this.waiting.get(data.id);

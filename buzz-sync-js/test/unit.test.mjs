@@ -3,12 +3,14 @@
 // policy (503 backoff, give up), and an unreachable relay sends writes to the outbox.
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { execFileSync } from "node:child_process";
 import { Worker as NodeWorker } from "node:worker_threads";
 import { IDBFactory, IDBKeyRange } from "fake-indexeddb";
 
 import { BuzzClient, IndexedDbStore, MemoryStore, Publisher, RelayAddress, RelayHttp, Syncer, keySigner, generateSecretHex, parsePage } from "../dist/index.js";
 import { random } from "./seeded.mjs";
 import { SqliteStore } from "../dist/sqlite.js";
+import { nodeVerifyWorker } from "../dist/node-verify.js";
 import { finalizeEvent } from "nostr-tools/pure";
 import { hexToBytes } from "nostr-tools/utils";
 
@@ -388,7 +390,34 @@ class BrokenWorker {
   terminate() {}
 }
 
-for (const [name, makeWorker] of [["a worker", () => new ThreadWorker()], ["a broken worker (this thread instead)", () => new BrokenWorker()]]) {
+/** The worker's shape around `worker`, counting the answers it gives (a worker that answers
+ * nothing leaves every check to the calling thread, and the round would still pass). */
+function counted(worker) {
+  const shape = {
+    answers: 0,
+    postMessage: (message) => worker.postMessage(message),
+    terminate: () => worker.terminate(),
+    set onmessage(listen) {
+      worker.onmessage = (message) => {
+        shape.answers += 1;
+        listen(message);
+      };
+    },
+    set onerror(listen) {
+      worker.onerror = listen;
+    },
+  };
+  return shape;
+}
+
+// [name, a new worker, whether it answers (else the calling thread checks)]
+for (const [name, makeWorker, answers] of [
+  ["a worker", () => new ThreadWorker(), true],
+  ["a broken worker (this thread instead)", () => new BrokenWorker(), false],
+  // Node's own: the package's verify-thread.js, and a thread whose script throws as it starts.
+  ["a Node worker thread (nodeVerifyWorker)", () => nodeVerifyWorker(), true],
+  ["a Node thread that fails to start (this thread instead)", () => nodeVerifyWorker(new URL("./verify-thread-broken.mjs", import.meta.url)), false],
+]) {
   test(`signatures checked by ${name}: a valid round applies, a forged event stops the round after the page before`, async () => {
     const pages = (forge) => {
       const events = Array.from({ length: 6 }, (_, i) => JSON.parse(JSON.stringify(head(uuidOf(100 + i), CHANNELS[i % 3], `w${i}`))));
@@ -405,7 +434,7 @@ for (const [name, makeWorker] of [["a worker", () => new ThreadWorker()], ["a br
       });
       const store = new MemoryStore();
       await store.open("k");
-      const worker = makeWorker();
+      const worker = counted(makeWorker());
       try {
         const syncer = new Syncer({ http, store, key: "k", verifyWorker: () => worker });
         if (forge) {
@@ -416,9 +445,26 @@ for (const [name, makeWorker] of [["a worker", () => new ThreadWorker()], ["a br
           assert.equal(summary.pages, 2);
           assert.equal(await store.count("k"), 6);
         }
+        // Each page was checked by the worker (the forged one too), or by none of them.
+        assert.equal(worker.answers, answers ? 2 : 0);
       } finally {
         worker.terminate();
       }
     }
   });
 }
+
+test("a Node verify thread holds the process open while it checks a page, and not after", () => {
+  // Awaiting an answer with nothing else pending: the process must wait for it (else Node ends
+  // it mid-round), and then exit although the thread was never terminated.
+  const script = `
+    import { nodeVerifyWorker } from ${JSON.stringify(new URL("../dist/node-verify.js", import.meta.url).href)};
+    const worker = nodeVerifyWorker();
+    const answer = await new Promise((resolve) => {
+      worker.onmessage = ({ data }) => resolve(data);
+      worker.postMessage({ id: 7, events: ${JSON.stringify([head(uuidOf(1), CHANNELS[0], "t")])} });
+    });
+    console.log(JSON.stringify(answer));`;
+  const out = execFileSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", timeout: 20_000 });
+  assert.deepEqual(JSON.parse(out), { id: 7, bad: -1 });
+});

@@ -1,1 +1,1 @@
-import{a}from"./chunk-TPXMKNBH.js";var o=globalThis,g=a();o.onmessage=({data:{id:n,events:r}})=>{g.then(s=>{let t=-1;for(let e=0;e<r.length;e+=1)if(!s(r[e])){t=e;break}o.postMessage({id:n,bad:t})},s=>o.postMessage({id:n,error:String(s)}))};
+import{a as n,b as r}from"./chunk-CRMHGG3D.js";var s=globalThis,a=n();s.onmessage=({data:{id:o,events:t}})=>{a.then(e=>s.postMessage({id:o,bad:r(e,t)}),e=>s.postMessage({id:o,error:String(e)}))};
