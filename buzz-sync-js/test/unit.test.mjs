@@ -7,10 +7,11 @@ import { execFileSync } from "node:child_process";
 import { Worker as NodeWorker } from "node:worker_threads";
 import { IDBFactory, IDBKeyRange } from "fake-indexeddb";
 
-import { BuzzClient, IndexedDbStore, MemoryStore, Publisher, RelayAddress, RelayHttp, Syncer, keySigner, generateSecretHex, parsePage } from "../dist/index.js";
+import { BuzzClient, IndexedDbStore, MemoryStore, Publisher, RelayAddress, RelayHttp, Syncer, keySigner, generateSecretHex, parsePage, rowOf } from "../dist/index.js";
 import { random } from "./seeded.mjs";
 import { SqliteStore } from "../dist/sqlite.js";
 import { nodeVerifyWorker } from "../dist/node-verify.js";
+import { emptyState } from "../dist/store.js";
 import { finalizeEvent } from "nostr-tools/pure";
 import { hexToBytes } from "nostr-tools/utils";
 
@@ -467,4 +468,82 @@ test("a Node verify thread holds the process open while it checks a page, and no
     console.log(JSON.stringify(answer));`;
   const out = execFileSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", timeout: 20_000 });
   assert.deepEqual(JSON.parse(out), { id: 7, bad: -1 });
+});
+
+// The first SQLite layout (user_version 0), exactly as SqliteStore wrote it before version 2:
+// a file of that time, for the migration test.
+const SQLITE_VERSION_0 = `
+CREATE TABLE collections (key TEXT PRIMARY KEY, state TEXT NOT NULL);
+CREATE TABLE artifacts (
+  key TEXT NOT NULL, slot INTEGER NOT NULL, d TEXT NOT NULL, event_id TEXT NOT NULL, channel TEXT NOT NULL,
+  type TEXT, title TEXT, created_at INTEGER NOT NULL, event TEXT NOT NULL, PRIMARY KEY (key, slot, d)
+) WITHOUT ROWID;
+CREATE INDEX artifacts_channel ON artifacts (key, slot, channel);
+CREATE INDEX artifacts_modified ON artifacts (key, slot, created_at);
+CREATE TABLE outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, event TEXT NOT NULL, queued_at INTEGER NOT NULL);
+CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE VIEW collection_artifacts AS
+  SELECT a.key AS collection, a.d, a.event_id, a.channel, a.type, a.title, a.created_at, a.event
+  FROM artifacts AS a JOIN collections AS c ON c.key = a.key
+  WHERE a.slot = json_extract(c.state, '$.liveSlot');
+`;
+
+test("sqlite: a file of the first layout is migrated once, whole: collections, tokens, both slots, outbox and meta", async () => {
+  const { default: Database } = await import("better-sqlite3");
+  const { mkdtempSync, rmSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const dir = mkdtempSync(`${tmpdir()}/buzz-sqlite-v0-`);
+  const path = `${dir}/old.sqlite`;
+  try {
+    // Two collections written as the old code wrote them: A finished a round (live slot 1, its
+    // token), B is in the middle of a full round (rows staged in slot 1, live rows in slot 0).
+    const keys = ['["http://a",1]', '["http://b",2]'];
+    const events = Array.from({ length: 6 }, (_, i) => JSON.parse(JSON.stringify(head(uuidOf(200 + i), CHANNELS[i % 3], `old ${i}`))));
+    const states = [
+      { version: 3, liveSlot: 1, targetSlot: null, roundOpen: false, complete: true, continuable: true, progress: "token-a" },
+      { version: 5, liveSlot: 0, targetSlot: 1, roundOpen: true, complete: false, continuable: true, progress: "token-b" },
+    ];
+    const old = new Database(path);
+    old.exec(SQLITE_VERSION_0);
+    const put = old.prepare("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    const row = (key, slot, event) => {
+      const r = rowOf(event);
+      put.run(key, slot, r.d, r.eventId, r.channel, r.type, r.title, r.createdAt, JSON.stringify(event));
+    };
+    keys.forEach((key, i) => old.prepare("INSERT INTO collections VALUES (?, ?)").run(key, JSON.stringify({ ...emptyState(), ...states[i] })));
+    for (const event of events.slice(0, 3)) row(keys[0], 1, event);
+    for (const event of events.slice(3, 5)) row(keys[1], 0, event);
+    row(keys[1], 1, events[5]);
+    old.prepare("INSERT INTO outbox (key, event, queued_at) VALUES (?, ?, ?)").run(keys[0], JSON.stringify(events[0]), 1234);
+    old.prepare("INSERT INTO meta VALUES (?, ?)").run("signer", "kept");
+    old.close();
+
+    const store = new SqliteStore(path);
+    assert.equal(store.db.pragma("user_version", { simple: true }), 2);
+    assert.deepEqual(store.db.prepare("SELECT name FROM pragma_table_info('artifacts')").all().map((c) => c.name)[0], "collection");
+    assert.deepEqual(store.db.prepare("SELECT name FROM sqlite_master WHERE name LIKE '%_v0'").all(), []);
+    for (const [i, key] of keys.entries()) assert.deepEqual(await store.state(key), { ...emptyState(), ...states[i] });
+    assert.deepEqual((await store.query(keys[0], {})).map((r) => r.d).sort(), events.slice(0, 3).map((e) => rowOf(e).d).sort());
+    assert.deepEqual((await store.query(keys[1], {})).map((r) => r.d).sort(), events.slice(3, 5).map((e) => rowOf(e).d).sort());
+    assert.deepEqual(await store.get(keys[0], rowOf(events[1]).d), rowOf(events[1]));
+    assert.deepEqual((await store.outboxList(keys[0])).map((o) => [o.event.id, o.queuedAt]), [[events[0].id, 1234]]);
+    assert.equal(await store.getMeta("signer"), "kept");
+    // Other programs' view: still the live slot of each collection, named by its key.
+    assert.deepEqual(store.db.prepare("SELECT collection, count(*) AS n FROM collection_artifacts GROUP BY collection ORDER BY collection").all(),
+      [{ collection: keys[0], n: 3 }, { collection: keys[1], n: 2 }]);
+    // B's open round goes on from its token: its last page lands beside the staged row, and the
+    // swap makes slot 1 live with both.
+    const page = parsePage({ events: [events[4]], removed: [], progress: "token-b2", more: false, reset: false }, false);
+    const applied = await store.applyPage(keys[1], { expectedVersion: 5, target: 1, clearTarget: false, page, continuable: true, swap: true });
+    assert.equal(applied.state.liveSlot, 1);
+    assert.deepEqual((await store.query(keys[1], {})).map((r) => r.d).sort(), [events[4], events[5]].map((e) => rowOf(e).d).sort());
+    await store.close();
+    // Opened again: already version 2, nothing to do, the same collection.
+    const again = new SqliteStore(path);
+    assert.equal((await again.state(keys[1])).progress, "token-b2");
+    assert.equal(await again.count(keys[0]), 3);
+    await again.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
