@@ -138,6 +138,7 @@ def main() -> None:
     rows = []
     browsers: list[tuple[int, dict[str, Any]]] = []
     bases: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+    threads: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
     for n in args.n:
         started = time.perf_counter()
         url = prepare_database(args.database_url, args.bench_database)
@@ -159,6 +160,10 @@ def main() -> None:
                 for _ in range(args.pairs):
                     base = node_round(relay, reader, verify=True, package=args.base)
                     bases.append((n, base, node_round(relay, reader, verify=True)))
+            # Node's verify thread on and off, alternated (the default is on only if it is faster).
+            for _ in range(args.pairs):
+                threads.append((n, node_round(relay, reader, verify=True, one_thread=True),
+                                node_round(relay, reader, verify=True)))
             if args.browser and args.base:
                 base_scripts = args.base.parent / "buzzrelay" / "static" / "buzz-app"
                 browsers.append((n, browser_figures(relay, n, base_scripts) | {"label": "base"}))
@@ -200,6 +205,12 @@ def main() -> None:
                           for before, after, bc, ac in pairs)
               + f"; median ratio {statistics.median(a / b for b, a, _, _ in pairs):.2f} "
               f"(this checkout over {args.base})")
+    for n in args.n:
+        rates = [(n / one["seconds"], n / two["seconds"]) for m, one, two in threads if m == n]
+        print(f"\nNode verify thread, N={n:,}, {len(rates)} alternated pairs, artifacts/s "
+              "one thread -> with the thread: "
+              + "; ".join(f"{a:,.0f} -> {b:,.0f}" for a, b in rates)
+              + f"; median ratio {statistics.median(b / a for a, b in rates):.2f}")
     for n, figures in browsers:
         print(f"\n/app/ in Chromium ({figures['label']}), N={n:,}: first sync into IndexedDB "
               f"{figures['rate']:,.0f} artifacts/s ({figures['first_sync_seconds']:.1f} s, "

@@ -57,8 +57,9 @@ export interface BuzzClientOptions {
   warn?: (message: string) => void;
 }
 
-/** In Node, `nodeVerifyWorker` (checking page N+1's signatures in a worker thread while page N
- * is written to SQLite measured 1.5x the first sync's rate, docs/performance.md); elsewhere
+/** In Node, `nodeVerifyWorker`: page N+1's signatures checked in a worker thread while page N
+ * is written to SQLite (a first sync's rate, median of 15 alternated pairs on two CPUs shared
+ * with the relay: 1.05x; a second free core is where it pays, docs/performance.md); elsewhere
  * nothing. Its module imports node:worker_threads, so its name is kept from bundlers: a
  * browser build never includes it, and never gets here. */
 async function nodeVerifyWorkerHere(): Promise<(() => VerifyWorkerLike) | undefined> {
