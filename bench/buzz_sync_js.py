@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -37,12 +38,13 @@ PACKAGE = ROOT / "buzz-sync-js"
 
 
 def node_round(relay: Relay, reader: str, verify: bool,
-               package: Path = PACKAGE) -> dict[str, Any]:
+               package: Path = PACKAGE, one_thread: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         run = subprocess.run(
             # BENCH_NODE_FLAGS: e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" to profile the round.
             ["node", *os.environ.get("BENCH_NODE_FLAGS", "").split(), "bench/full_round.mjs",
-             relay.url, reader, str(Path(tmp) / "c.sqlite"), "1" if verify else "0"],
+             relay.url, reader, str(Path(tmp) / "c.sqlite"), "1" if verify else "0",
+             "main" if one_thread else "default"],
             cwd=package, capture_output=True, text=True, check=False,
         )
         if run.returncode != 0:
@@ -51,16 +53,23 @@ def node_round(relay: Relay, reader: str, verify: bool,
         return result
 
 
-def browser_figures(relay: Relay, n: int, board_js: Path | None = None) -> dict[str, Any]:
+def browser_figures(relay: Relay, n: int, scripts: Path | None = None) -> dict[str, Any]:
     """The /app/ page in Debian's Chromium: its first sync of N tasks into IndexedDB (NIP-11,
     pages, signature checks, IndexedDB transactions, one render), then a reload's first paint
-    of the N tasks from IndexedDB. `board_js`: serve this script as the page's instead (the
-    A/B: another checkout's committed page, on the same relay and data)."""
+    of the N tasks from IndexedDB. `scripts`: serve the page's scripts (board.js and the chunks
+    it imports) from this folder instead (the A/B: another checkout's committed page, on the
+    same relay and data)."""
     from playwright.sync_api import Route, sync_playwright
 
     def other_script(route: Route) -> None:
-        assert board_js is not None
-        route.fulfill(body=board_js.read_text(), content_type="text/javascript")
+        assert scripts is not None
+        # The relay serves board.js under a content-hashed name (the manifest storage).
+        name = route.request.url.rsplit("/", 1)[1].split("?")[0]
+        found = scripts / re.sub(r"\.[0-9a-f]{12}\.js$", ".js", name)
+        if not found.is_file():
+            route.fulfill(status=404, body="")
+            return
+        route.fulfill(body=found.read_text(), content_type="text/javascript")
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
@@ -69,8 +78,8 @@ def browser_figures(relay: Relay, n: int, board_js: Path | None = None) -> dict[
             context = browser.new_context(bypass_csp=True)
             page = context.new_page()
             page.set_default_timeout(600_000)
-            if board_js is not None:
-                page.route("**/static/buzz-app/board.*js", other_script)
+            if scripts is not None:
+                page.route("**/static/buzz-app/*.js*", other_script)
             # The renderer main thread's busy time (CDP's TaskDuration: script, style, layout,
             # IndexedDB callbacks): the fairer figure when other work shares the CPUs.
             cdp = context.new_cdp_session(page)
@@ -119,6 +128,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3, help="A/B pairs of Node rounds")
     parser.add_argument("--database-url", default=os.environ.get(
         "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
+    parser.add_argument("--bench-database", default="buzz_sync_js_bench",
+                        help="the database the bench creates and drops (beside --database-url's)")
     parser.add_argument("--redis-url", default=os.environ.get(
         "BENCH_REDIS_URL", "redis://127.0.0.1:6379/6"))
     args = parser.parse_args()
@@ -127,9 +138,10 @@ def main() -> None:
     rows = []
     browsers: list[tuple[int, dict[str, Any]]] = []
     bases: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+    threads: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
     for n in args.n:
         started = time.perf_counter()
-        url = prepare_database(args.database_url, "buzz_sync_js_bench")
+        url = prepare_database(args.database_url, args.bench_database)
         seed(url, n, author, pubkey_from_secret(reader))
         print(f"N={n:,}: seeded in {time.perf_counter() - started:.1f} s", file=sys.stderr)
         os.environ["RELAY_APP"] = "1"  # the relay serves /app/ for --browser
@@ -140,38 +152,48 @@ def main() -> None:
             node = node_round(relay, reader, verify=True)
             python_again = full_round(relay, reader, verify=True)
             node_plain = node_round(relay, reader, verify=False)
+            # Signatures checked on the round's thread, not in the worker thread beside the
+            # SQLite writes (nodeVerifyWorker) that a Node client uses by default.
+            node_one = node_round(relay, reader, verify=True, one_thread=True)
             if args.base:
                 # Alternated pairs, the previous checkout first in each: rates per pair.
                 for _ in range(args.pairs):
                     base = node_round(relay, reader, verify=True, package=args.base)
                     bases.append((n, base, node_round(relay, reader, verify=True)))
+            # Node's verify thread on and off, alternated (the default is on only if it is faster).
+            for _ in range(args.pairs):
+                threads.append((n, node_round(relay, reader, verify=True, one_thread=True),
+                                node_round(relay, reader, verify=True)))
             if args.browser and args.base:
-                base_js = args.base.parent / "buzzrelay" / "static" / "buzz-app" / "board.js"
-                browsers.append((n, browser_figures(relay, n, base_js) | {"label": "base"}))
+                base_scripts = args.base.parent / "buzzrelay" / "static" / "buzz-app"
+                browsers.append((n, browser_figures(relay, n, base_scripts) | {"label": "base"}))
             if args.browser:
                 browsers.append((n, browser_figures(relay, n) | {"label": "this checkout"}))
         finally:
             relay.stop()
-        for found in (python, node, python_again, node_plain):
+        for found in (python, node, python_again, node_plain, node_one):
             assert found["stored"] == n and found["kind"] == "full", found
-        rows.append((n, python, python_again, node, node_plain))
+        rows.append((n, python, python_again, node, node_plain, node_one))
     with psycopg.connect(args.database_url, autocommit=True) as conn:
-        conn.execute('DROP DATABASE IF EXISTS "buzz_sync_js_bench" WITH (FORCE)')
+        conn.execute(f'DROP DATABASE IF EXISTS "{args.bench_database}" WITH (FORCE)')
 
     print(f"\nFull round into SQLite, same relay, same run (page limit 1000, "
           f"{os.cpu_count()} CPUs shared); artifacts/s\n")
     print(f"{'N':>9} | {'buzz-sync':>9} | {'(again)':>8} | {'buzz-sync-js':>12} | "
-          f"{'ratio':>5} | {'js no-verify':>12} | {'py CPU s':>8} | {'js CPU s':>8} | "
-          f"{'js peak RSS MiB':>15}")
-    print("-" * 107)
-    for n, python, python_again, node, plain in rows:
+          f"{'ratio':>5} | {'js 1 thread':>11} | {'ratio':>5} | {'js no-verify':>12} | "
+          f"{'py CPU s':>8} | {'js CPU s':>8} | {'js peak RSS MiB':>15}")
+    print("-" * 129)
+    for n, python, python_again, node, plain, one in rows:
         py_rate = n / min(python["seconds"], python_again["seconds"])
         js_rate = n / node["seconds"]
         print(f"{n:>9,} | {n / python['seconds']:>9,.0f} | {n / python_again['seconds']:>8,.0f} | "
-              f"{js_rate:>12,.0f} | {js_rate / py_rate:>5.2f} | {n / plain['seconds']:>12,.0f} | "
+              f"{js_rate:>12,.0f} | {js_rate / py_rate:>5.2f} | {n / one['seconds']:>11,.0f} | "
+              f"{n / one['seconds'] / py_rate:>5.2f} | {n / plain['seconds']:>12,.0f} | "
               f"{min(python['cpu_seconds'], python_again['cpu_seconds']):>8.1f} | "
               f"{node['cpu_seconds']:>8.1f} | {node['rss_peak_kib'] / 1024:>15.1f}")
-    print("\nratio: buzz-sync-js over the better of buzz-sync's two rounds (target >= 1); CPU: "
+    print("\nratio: buzz-sync-js over the better of buzz-sync's two rounds (target >= 1), its "
+          "signatures checked in a worker thread (Node's default); js 1 thread: on the round's "
+          "own thread; CPU: "
           "each client process's own CPU time in the round (the better of buzz-sync's two), the "
           "fairer figure on a shared machine.")
 
@@ -183,6 +205,12 @@ def main() -> None:
                           for before, after, bc, ac in pairs)
               + f"; median ratio {statistics.median(a / b for b, a, _, _ in pairs):.2f} "
               f"(this checkout over {args.base})")
+    for n in args.n:
+        rates = [(n / one["seconds"], n / two["seconds"]) for m, one, two in threads if m == n]
+        print(f"\nNode verify thread, N={n:,}, {len(rates)} alternated pairs, artifacts/s "
+              "one thread -> with the thread: "
+              + "; ".join(f"{a:,.0f} -> {b:,.0f}" for a, b in rates)
+              + f"; median ratio {statistics.median(b / a for a, b in rates):.2f}")
     for n, figures in browsers:
         print(f"\n/app/ in Chromium ({figures['label']}), N={n:,}: first sync into IndexedDB "
               f"{figures['rate']:,.0f} artifacts/s ({figures['first_sync_seconds']:.1f} s, "

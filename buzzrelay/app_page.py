@@ -19,8 +19,9 @@ def app_page(request: HttpRequest) -> HttpResponse:
         raise Http404("the task board is not enabled (RELAY_APP)")
     response = render(request, "buzz-app/index.html")
     # Everything the page loads is its own: no CDN, no inline script. 'wasm-unsafe-eval' lets
-    # the page compile its own WebAssembly (libsecp256k1 from nostr-wasm, bundled, served from
-    # 'self'): signature checks ~6x cheaper than pure JS, which is most of a first sync's time.
+    # the page compile its own WebAssembly (libsecp256k1, built by buzz-sync-js/verifier/ and
+    # bundled, served from 'self', in the page and in its verify worker): signature checks ~16x
+    # cheaper than pure JS (docs/performance.md), which were most of a first sync's time.
     # It allows WebAssembly compilation only, not eval() of strings; this page only.
     response["Content-Security-Policy"] = (
         "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; "

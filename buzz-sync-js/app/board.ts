@@ -36,13 +36,15 @@ async function main(): Promise<void> {
   // Marks for bench/buzz_sync_js.py (first paint) and for anyone profiling the page.
   performance.mark("buzz-app:start");
   const store = await IndexedDbStore.open("buzz-app");
-  // Signatures are checked with libsecp256k1 in WebAssembly (nostr-wasm, ~6x cheaper than
-  // pure JS): a chunk of its own, loaded beside the first paint, not before it. /app/'s CSP
+  // Signatures are checked with libsecp256k1 in WebAssembly (verifier/build.sh, ~15x cheaper
+  // than pure JS): a chunk of its own, loaded beside the first paint, not before it. /app/'s CSP
   // allows 'wasm-unsafe-eval' for it; where WebAssembly is refused, noble checks instead.
   void useWasmVerifier().then((wasm) => (document.body.dataset.verifier = wasm ? "wasm" : "noble"));
   const client = await BuzzClient.open({
     relay: location.origin,
     store,
+    // The next page's signatures are checked in a worker while this thread writes a page.
+    verifyWorker: () => new Worker(new URL("./verify-worker.js", import.meta.url), { type: "module" }),
     warn: (message) => {
       const warning = $("warning");
       warning.textContent = message;

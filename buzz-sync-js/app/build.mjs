@@ -21,14 +21,15 @@ if (process.argv.includes("--library")) {
 }
 const out = join(here, "..", "..", "buzzrelay", "static", "buzz-app");
 const result = await build({
-  entryPoints: [join(here, "board.ts")],
+  // verify-worker: the page's signature checks off its thread (src/verify-worker.ts).
+  entryPoints: [join(here, "board.ts"), join(here, "..", "src", "verify-worker.ts")],
   bundle: true,
   format: "esm",
   platform: "browser",
   target: ["es2022", "chrome109", "firefox115", "safari16"],
   minify: true,
   legalComments: "none",
-  // nostr-wasm (libsecp256k1 as WebAssembly, ~290 KB) is imported dynamically: a chunk of its
+  // The signature checker (libsecp256k1 as WebAssembly, ~78 KB as base64) is imported dynamically: a chunk of its
   // own, named by its content, fetched while the page paints rather than parsed before it.
   splitting: true,
   outdir: out,
@@ -39,7 +40,7 @@ const result = await build({
 });
 const files = Object.fromEntries(result.outputFiles.map((file) => [basename(file.path), file.text]));
 files["board.css"] = readFileSync(join(here, "board.css"), "utf8");
-const built = (name) => name === "board.js" || /^chunk-[A-Z0-9]+\.js$/.test(name);
+const built = (name) => name === "board.js" || name === "verify-worker.js" || /^chunk-[A-Z0-9]+\.js$/.test(name);
 if (process.argv.includes("--check")) {
   const stale = Object.entries(files).filter(([name, text]) => {
     try {

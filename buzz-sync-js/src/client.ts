@@ -18,6 +18,7 @@ import { resolveSigner, type Signer } from "./signer.js";
 import type { CollectionState, LiveChanges, Store } from "./store.js";
 import { type PageProgress, predicates, type RoundSummary, type SyncFilter, Syncer, type ViewChanges } from "./sync.js";
 import type { ArtifactRow, CollectionQuery } from "./types.js";
+import type { VerifyWorkerLike } from "./verify-pool.js";
 import { compareRows, matches } from "./types.js";
 
 export interface BuzzClientOptions {
@@ -35,6 +36,11 @@ export interface BuzzClientOptions {
   viewChanges?: ViewChanges;
   /** Verify signatures with libsecp256k1 in WebAssembly when it loads (default true). */
   wasmVerifier?: boolean;
+  /** A page's signatures are checked in this worker while the page before is written: in a
+   * browser a Web Worker running the package's `verify-worker` script (which the app serves);
+   * in Node a worker thread (`nodeVerifyWorker`, `buzz-sync-js/node`) by default. `false`:
+   * always on the calling thread. See `SyncerOptions.verifyWorker`. */
+  verifyWorker?: (() => VerifyWorkerLike) | false;
   /** Follow the live WebSocket when the relay offers `artifacts.sync` (default true). */
   live?: boolean;
   WebSocket?: WebSocketFactory;
@@ -49,6 +55,23 @@ export interface BuzzClientOptions {
   fetch?: typeof fetch;
   /** Hears the warning about a generated key. */
   warn?: (message: string) => void;
+}
+
+/** In Node, `nodeVerifyWorker`: page N+1's signatures checked in a worker thread while page N
+ * is written to SQLite (a first sync's rate, median of 15 alternated pairs on two CPUs shared
+ * with the relay: 1.05x; a second free core is where it pays, docs/performance.md); elsewhere
+ * nothing. Its module imports node:worker_threads, so its name is kept from bundlers: a
+ * browser build never includes it, and never gets here. */
+async function nodeVerifyWorkerHere(): Promise<(() => VerifyWorkerLike) | undefined> {
+  const node = (globalThis as { process?: { versions?: { node?: string } } }).process?.versions?.node;
+  if (!node || typeof (globalThis as { window?: unknown }).window !== "undefined") return undefined;
+  const specifier = "./node-verify.js";
+  try {
+    const found = (await import(/* @vite-ignore */ /* webpackIgnore: true */ specifier)) as typeof import("./node-verify.js");
+    return found.nodeVerifyWorker;
+  } catch {
+    return undefined; // a bundle for Node without the module beside it: this thread checks
+  }
 }
 
 /** What a subscription hears: the current rows, and what changed since the last call. */
@@ -122,6 +145,7 @@ export class BuzzClient {
     this.syncer = new Syncer({
       http: this.http, store: this.store, key: this.key, filter: options.filter, pageLimit: options.pageLimit,
       verify: options.verify, viewChanges: options.viewChanges, wasmVerifier: options.wasmVerifier,
+      verifyWorker: options.verifyWorker || undefined,
     });
     this.publisher = new Publisher({
       http: this.http, store: this.store, key: this.key, signer,
@@ -143,6 +167,9 @@ export class BuzzClient {
     const address = RelayAddress.parse(options.relay);
     const key = JSON.stringify([address.baseUrl, address.host, pubkey, predicates(options.filter ?? {})]);
     const state = await options.store.open(key);
+    if (options.verifyWorker === undefined && options.verify !== false && options.wasmVerifier !== false) {
+      options = { ...options, verifyWorker: await nodeVerifyWorkerHere() };
+    }
     const client = new BuzzClient(options, choice.signer, pubkey, choice.source, state);
     client.progressState.total = await options.store.count(key);
     return client;
@@ -349,6 +376,7 @@ export class BuzzClient {
   async close(): Promise<void> {
     this.stop();
     await this.syncing?.catch(() => undefined);
+    this.syncer.close();
   }
 
   // Publishing (each returns the relay's OK, or `queued` while offline). An accepted write

@@ -128,13 +128,19 @@ export class IndexedDbStore implements Store {
       const before = await this.readState(collections, key);
       checkVersion(before, plan);
       const slot = plan.target;
+      const live = before.liveSlot;
+      // A staged full round's slot: its changes are not reported, so only what decides an
+      // outcome is read (markers' heads, removed channels' rows), not every event's head.
+      const counted = slot === live;
       const { page } = plan;
       if (plan.clearTarget) artifacts.delete(this.slotRange(key, slot));
       // What applying reads, read first: heads of every d the page names, rows of removed channels.
       const heads = new Map<string, string>();
       const byChannel = new Map<string, string[]>();
       if (!plan.clearTarget) {
-        const named = [...page.events.map((r) => r.d), ...page.markers.map((m) => m.d), ...page.removed.map((r) => r.d)];
+        const named = counted
+          ? [...page.events.map((r) => r.d), ...page.markers.map((m) => m.d), ...page.removed.map((r) => r.d)]
+          : page.markers.map((m) => m.d);
         const found = await Promise.all(named.map((d) => request(artifacts.get([key, slot, d])) as Promise<StoredRow | undefined>));
         for (const row of found) if (row) heads.set(row.d, row.eventId);
         for (const channel of page.removedChannels) {
@@ -156,7 +162,8 @@ export class IndexedDbStore implements Store {
             return n;
           },
           deleteD: (d) => {
-            if (!heads.delete(d)) return false;
+            // Uncounted, heads were not read: delete whatever is there.
+            if (!heads.delete(d) && counted) return false;
             artifacts.delete([key, slot, d]);
             return true;
           },
@@ -167,8 +174,8 @@ export class IndexedDbStore implements Store {
           },
         },
         page,
+        counted,
       );
-      const live = before.liveSlot;
       if (slot !== live) {
         changes = noChanges();
         if (plan.swap) {

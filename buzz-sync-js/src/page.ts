@@ -5,11 +5,11 @@
  */
 
 import { verifyEvent as nobleVerify } from "nostr-tools/pure";
-import { setNostrWasm, verifyEvent as wasmVerify } from "nostr-tools/wasm";
 
 import { BuzzError } from "./errors.js";
 import type { ArtifactRow, NostrEvent } from "./types.js";
 import { KIND_ARTIFACT, KIND_REMOVAL_MARKER, first, isHex64, isUuid, rowOf } from "./types.js";
+import { loadWasmVerifier } from "./verifier.js";
 
 export interface Page {
   /** Head events (45010) as rows, and any removal markers (45011). */
@@ -26,17 +26,17 @@ export interface Page {
 export const pageItems = (page: Page): number => page.events.length + page.markers.length + page.removed.length;
 
 /** Signature checks dominate a full round's client time. nostr-tools verifies with
- * @noble/curves (pure JS) or, once `useWasmVerifier()` succeeded, with libsecp256k1 compiled
- * to WebAssembly (nostr-wasm, a dependency of nostr-tools): about 3x faster. Both are audited
- * implementations; the WebAssembly one needs a CSP that allows 'wasm-unsafe-eval'. */
-let verifyEvent: (event: NostrEvent) => boolean = nobleVerify;
+ * @noble/curves (pure JS, audited; ~900 us an event here) or, once `useWasmVerifier()`
+ * succeeded, with libsecp256k1 compiled to WebAssembly by verifier/build.sh (~55 us: the
+ * library bitcoin-core ships and buzz-sync calls natively, so the same checks). WebAssembly
+ * needs a CSP that allows 'wasm-unsafe-eval'; without it noble stays. */
+let verifyEvent: (event: NostrEvent) => boolean = (event) => nobleVerify({ ...event });
 let wasmTried: Promise<boolean> | null = null;
 
 export function useWasmVerifier(): Promise<boolean> {
-  wasmTried ??= import("nostr-wasm")
-    .then(async ({ initNostrWasm }) => {
-      setNostrWasm(await initNostrWasm());
-      verifyEvent = wasmVerify;
+  wasmTried ??= loadWasmVerifier()
+    .then((verify) => {
+      verifyEvent = verify;
       return true;
     })
     .catch(() => false); // no WebAssembly here (or the page's CSP forbids it): noble stays
@@ -68,10 +68,19 @@ export function parseArtifactEvent(value: unknown, verify: boolean): NostrEvent 
   }
   // The id is the hash of the content and the author signed it: a relay cannot forge or alter
   // an artifact without this failing.
-  if (verify && !verifyEvent({ ...event })) {
-    throw new BuzzError("protocol", `relay served event ${event.id} whose id or signature does not match it`);
-  }
+  if (verify && !verifyEvent(event)) throw forged(event);
   return event;
+}
+
+export const forged = (event: NostrEvent): BuzzError =>
+  new BuzzError("protocol", `relay served event ${event.id} whose id or signature does not match it`);
+
+/** The served events of a page `parsePage(body, false)` accepted (their shape is checked). */
+export const servedEvents = (body: unknown): NostrEvent[] => (body as { events: NostrEvent[] }).events;
+
+/** Checks ids and signatures on this thread (what a page's worker could not). */
+export function verifyEvents(events: readonly NostrEvent[]): void {
+  for (const event of events) if (!verifyEvent(event)) throw forged(event);
 }
 
 export function parsePage(body: unknown, verify = true): Page {

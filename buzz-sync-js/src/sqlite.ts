@@ -13,13 +13,20 @@ import { applyEntries, checkVersion, emptyState, noChanges, stateAfter } from ".
 import type { ArtifactRow, CollectionQuery, NostrEvent } from "./types.js";
 import { compareRows, matches } from "./types.js";
 
-const SCHEMA = `
+/** The file's layout, in `PRAGMA user_version`. 0: the first (artifacts keyed by the
+ * collection's text key, WITHOUT ROWID); 2: an integer collection id in a rowid table, as
+ * buzz-sync's own file has: every row and index entry carried the ~108-character key, and a
+ * first sync's SQLite CPU fell ~20% without it (docs/performance.md). */
+export const SQLITE_SCHEMA_VERSION = 2;
+
+const TABLES = `
 CREATE TABLE IF NOT EXISTS collections (
-  key TEXT PRIMARY KEY,
+  id INTEGER PRIMARY KEY,
+  key TEXT NOT NULL UNIQUE,
   state TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS artifacts (
-  key TEXT NOT NULL,
+  collection INTEGER NOT NULL, -- collections.id
   slot INTEGER NOT NULL,
   d TEXT NOT NULL,
   event_id TEXT NOT NULL,
@@ -28,10 +35,10 @@ CREATE TABLE IF NOT EXISTS artifacts (
   title TEXT,
   created_at INTEGER NOT NULL,
   event TEXT NOT NULL,
-  PRIMARY KEY (key, slot, d)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS artifacts_channel ON artifacts (key, slot, channel);
-CREATE INDEX IF NOT EXISTS artifacts_modified ON artifacts (key, slot, created_at);
+  UNIQUE (collection, slot, d)
+);
+CREATE INDEX IF NOT EXISTS artifacts_channel ON artifacts (collection, slot, channel);
+CREATE INDEX IF NOT EXISTS artifacts_modified ON artifacts (collection, slot, created_at);
 CREATE TABLE IF NOT EXISTS outbox (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   key TEXT NOT NULL,
@@ -40,10 +47,40 @@ CREATE TABLE IF NOT EXISTS outbox (
 );
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE VIEW IF NOT EXISTS collection_artifacts AS
-  SELECT a.key AS collection, a.d, a.event_id, a.channel, a.type, a.title, a.created_at, a.event
-  FROM artifacts AS a JOIN collections AS c ON c.key = a.key
+  SELECT c.key AS collection, a.d, a.event_id, a.channel, a.type, a.title, a.created_at, a.event
+  FROM artifacts AS a JOIN collections AS c ON c.id = a.collection
   WHERE a.slot = json_extract(c.state, '$.liveSlot');
 `;
+
+/** Version 0 -> 2, inside the caller's transaction: the old tables are renamed, the new ones
+ * made, the rows copied with their collection's new id (every collection keeps its state,
+ * token included, and both slots), the old ones dropped. The outbox and meta stay as they are. */
+const FROM_VERSION_0 = `
+DROP VIEW IF EXISTS collection_artifacts;
+DROP INDEX IF EXISTS artifacts_channel;
+DROP INDEX IF EXISTS artifacts_modified;
+ALTER TABLE collections RENAME TO collections_v0;
+ALTER TABLE artifacts RENAME TO artifacts_v0;
+${TABLES}
+INSERT INTO collections (key, state) SELECT key, state FROM collections_v0 ORDER BY key;
+INSERT INTO artifacts (collection, slot, d, event_id, channel, type, title, created_at, event)
+  SELECT c.id, a.slot, a.d, a.event_id, a.channel, a.type, a.title, a.created_at, a.event
+  FROM artifacts_v0 AS a JOIN collections AS c ON c.key = a.key;
+DROP TABLE artifacts_v0;
+DROP TABLE collections_v0;
+`;
+
+/** Brings the file to SQLITE_SCHEMA_VERSION in one transaction (a crash leaves it as it was). */
+function migrate(db: Database.Database): void {
+  db.transaction(() => {
+    const version = db.pragma("user_version", { simple: true }) as number;
+    if (version === SQLITE_SCHEMA_VERSION) return;
+    if (version > SQLITE_SCHEMA_VERSION) throw new Error(`this SQLite file has schema version ${version}, newer than this package's ${SQLITE_SCHEMA_VERSION}`);
+    const columns = db.prepare<[], { name: string }>("SELECT name FROM pragma_table_info('artifacts')").all().map((c) => c.name);
+    db.exec(columns.includes("key") ? FROM_VERSION_0 : TABLES);
+    db.pragma(`user_version = ${SQLITE_SCHEMA_VERSION}`);
+  }).immediate();
+}
 
 interface RowRecord {
   d: string;
@@ -59,27 +96,28 @@ export class SqliteStore implements Store {
     this.db = new Database(path);
     this.db.pragma("journal_mode = WAL");
     this.db.pragma("synchronous = NORMAL");
-    this.db.exec(SCHEMA);
+    migrate(this.db);
     const db = this.db;
+    // Artifacts are addressed by the collection's integer id (`collectionId`), never its key.
     this.statements = {
-      state: db.prepare<[string], { state: string }>("SELECT state FROM collections WHERE key = ?"),
+      state: db.prepare<[string], { id: number; state: string }>("SELECT id, state FROM collections WHERE key = ?"),
       insertState: db.prepare("INSERT INTO collections (key, state) VALUES (?, ?) ON CONFLICT (key) DO NOTHING"),
-      setState: db.prepare("UPDATE collections SET state = ? WHERE key = ?"),
-      clear: db.prepare("DELETE FROM artifacts WHERE key = ? AND slot = ?"),
-      deleteChannel: db.prepare("DELETE FROM artifacts WHERE key = ? AND slot = ? AND channel = ?"),
-      deleteD: db.prepare("DELETE FROM artifacts WHERE key = ? AND slot = ? AND d = ?"),
-      head: db.prepare<[string, number, string], { event_id: string }>("SELECT event_id FROM artifacts WHERE key = ? AND slot = ? AND d = ?"),
+      setState: db.prepare("UPDATE collections SET state = ? WHERE id = ?"),
+      clear: db.prepare("DELETE FROM artifacts WHERE collection = ? AND slot = ?"),
+      deleteChannel: db.prepare("DELETE FROM artifacts WHERE collection = ? AND slot = ? AND channel = ?"),
+      deleteD: db.prepare("DELETE FROM artifacts WHERE collection = ? AND slot = ? AND d = ?"),
+      head: db.prepare<[number, number, string], { event_id: string }>("SELECT event_id FROM artifacts WHERE collection = ? AND slot = ? AND d = ?"),
       put: db.prepare(
-        "INSERT INTO artifacts (key, slot, d, event_id, channel, type, title, created_at, event) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)" +
-          " ON CONFLICT (key, slot, d) DO UPDATE SET event_id = excluded.event_id, channel = excluded.channel, type = excluded.type," +
+        "INSERT INTO artifacts (collection, slot, d, event_id, channel, type, title, created_at, event) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)" +
+          " ON CONFLICT (collection, slot, d) DO UPDATE SET event_id = excluded.event_id, channel = excluded.channel, type = excluded.type," +
           " title = excluded.title, created_at = excluded.created_at, event = excluded.event",
       ),
-      count: db.prepare<[string, number], { n: number }>("SELECT count(*) AS n FROM artifacts WHERE key = ? AND slot = ?"),
-      swapCounts: db.prepare<{ k: string; old: number; new: number }, { kept: number; updated: number }>(
+      count: db.prepare<[number, number], { n: number }>("SELECT count(*) AS n FROM artifacts WHERE collection = ? AND slot = ?"),
+      swapCounts: db.prepare<{ c: number; old: number; new: number }, { kept: number; updated: number }>(
         "SELECT count(*) AS kept, coalesce(sum(n.event_id != o.event_id), 0) AS updated FROM artifacts AS n" +
-          " JOIN artifacts AS o ON o.key = n.key AND o.slot = :old AND o.d = n.d WHERE n.key = :k AND n.slot = :new",
+          " JOIN artifacts AS o ON o.collection = n.collection AND o.slot = :old AND o.d = n.d WHERE n.collection = :c AND n.slot = :new",
       ),
-      get: db.prepare<[string, number, string], RowRecord>("SELECT d, event FROM artifacts WHERE key = ? AND slot = ? AND d = ?"),
+      get: db.prepare<[number, number, string], RowRecord>("SELECT d, event FROM artifacts WHERE collection = ? AND slot = ? AND d = ?"),
       outboxAdd: db.prepare("INSERT INTO outbox (key, event, queued_at) VALUES (?, ?, ?)"),
       outboxList: db.prepare<[string], { id: number; event: string; queued_at: number }>("SELECT id, event, queued_at FROM outbox WHERE key = ? ORDER BY id"),
       outboxRemove: db.prepare("DELETE FROM outbox WHERE key = ? AND id = ?"),
@@ -88,44 +126,47 @@ export class SqliteStore implements Store {
     };
   }
 
-  private readState(key: string): CollectionState {
+  /** The collection's integer id and state (made empty on first use). */
+  private readState(key: string): { id: number; state: CollectionState } {
     this.statements.insertState.run(key, JSON.stringify(emptyState()));
-    return JSON.parse(this.statements.state.get(key)!.state) as CollectionState;
+    const found = this.statements.state.get(key)!;
+    return { id: found.id, state: JSON.parse(found.state) as CollectionState };
   }
 
   async open(key: string): Promise<CollectionState> {
-    return this.readState(key);
+    return this.readState(key).state;
   }
 
   async state(key: string): Promise<CollectionState> {
-    return this.readState(key);
+    return this.readState(key).state;
   }
 
   async applyPage(key: string, plan: PagePlan): Promise<AppliedPage> {
     const s = this.statements;
     const run = this.db.transaction((): AppliedPage => {
-      const before = this.readState(key);
+      const { id, state: before } = this.readState(key);
       checkVersion(before, plan);
       const slot = plan.target;
-      if (plan.clearTarget) s.clear.run(key, slot);
+      const live = before.liveSlot;
+      if (plan.clearTarget) s.clear.run(id, slot);
       let changes = applyEntries(
         {
-          deleteChannel: (channel) => s.deleteChannel.run(key, slot, channel).changes,
-          deleteD: (d) => s.deleteD.run(key, slot, d).changes > 0,
-          headOf: (d) => s.head.get(key, slot, d)?.event_id,
+          deleteChannel: (channel) => s.deleteChannel.run(id, slot, channel).changes,
+          deleteD: (d) => s.deleteD.run(id, slot, d).changes > 0,
+          headOf: (d) => s.head.get(id, slot, d)?.event_id,
           put: (row) => {
-            s.put.run(key, slot, row.d, row.eventId, row.channel, row.type, row.title, row.createdAt, JSON.stringify(row.event));
+            s.put.run(id, slot, row.d, row.eventId, row.channel, row.type, row.title, row.createdAt, JSON.stringify(row.event));
           },
         },
         plan.page,
+        slot === live,
       );
-      const live = before.liveSlot;
       if (slot !== live) {
         changes = noChanges();
-        if (plan.swap) changes = this.swap(key, live, slot);
+        if (plan.swap) changes = this.swap(id, live, slot);
       }
       const after = stateAfter(before, plan);
-      s.setState.run(JSON.stringify(after), key);
+      s.setState.run(JSON.stringify(after), id);
       return { state: after, changes };
     });
     // IMMEDIATE takes the write lock up front, so the version check cannot race another
@@ -133,28 +174,30 @@ export class SqliteStore implements Store {
     return run.immediate();
   }
 
-  private swap(key: string, old: Slot, fresh: Slot) {
+  private swap(id: number, old: Slot, fresh: Slot) {
     const s = this.statements;
-    const oldCount = s.count.get(key, old)!.n;
-    const newCount = s.count.get(key, fresh)!.n;
+    const oldCount = s.count.get(id, old)!.n;
+    const newCount = s.count.get(id, fresh)!.n;
     if (oldCount === 0) return { added: newCount, updated: 0, removed: 0, upserted: null, deleted: null };
-    const { kept, updated } = s.swapCounts.get({ k: key, old, new: fresh })!;
-    s.clear.run(key, old);
+    const { kept, updated } = s.swapCounts.get({ c: id, old, new: fresh })!;
+    s.clear.run(id, old);
     return { added: newCount - kept, updated, removed: oldCount - kept, upserted: null, deleted: null };
   }
 
-  private live(key: string): Slot {
-    return this.readState(key).liveSlot;
+  /** The collection's id and live slot. */
+  private live(key: string): [number, Slot] {
+    const { id, state } = this.readState(key);
+    return [id, state.liveSlot];
   }
 
   async get(key: string, d: string): Promise<ArtifactRow | undefined> {
-    const found = this.statements.get.get(key, this.live(key), d);
+    const found = this.statements.get.get(...this.live(key), d);
     return found ? rowFromJson(found.event) : undefined;
   }
 
   async query(key: string, query: CollectionQuery): Promise<ArtifactRow[]> {
-    const where = ["key = ?", "slot = ?"];
-    const params: unknown[] = [key, this.live(key)];
+    const where = ["collection = ?", "slot = ?"];
+    const params: unknown[] = [...this.live(key)];
     const inList = (column: string, value: string | readonly string[] | undefined) => {
       if (value === undefined) return;
       const values = typeof value === "string" ? [value] : [...value];
@@ -180,7 +223,7 @@ export class SqliteStore implements Store {
   }
 
   async count(key: string): Promise<number> {
-    return this.statements.count.get(key, this.live(key))!.n;
+    return this.statements.count.get(...this.live(key))!.n;
   }
 
   async outboxAdd(key: string, event: NostrEvent): Promise<OutboxEntry> {

@@ -107,8 +107,13 @@ export interface SlotOps {
 }
 
 /** Synchronous on purpose: better-sqlite3 transactions cannot span an await, and IndexedDB
- * reads what it needs first (tx-bound requests queue in order). */
-export function applyEntries(ops: SlotOps, page: Page): LiveChanges {
+ * reads what it needs first (tx-bound requests queue in order).
+ *
+ * `counted: false` when the slot is a staged full round's (not live): what changed there is
+ * never reported, so an event is written without first reading the head it replaces (half of
+ * the storage requests of an initial sync) and a removed `d` is deleted without asking whether
+ * it is there. Markers still compare heads: that decides whether they delete. */
+export function applyEntries(ops: SlotOps, page: Page, counted = true): LiveChanges {
   const changes = noChanges();
   for (const channel of page.removedChannels) {
     changes.removed += ops.deleteChannel(channel);
@@ -124,7 +129,7 @@ export function applyEntries(ops: SlotOps, page: Page): LiveChanges {
     if ((ops.headOf(marker.d)) === (marker.prev ?? "") && (ops.deleteD(marker.d))) deleted(marker.d);
   }
   for (const row of page.events) {
-    const known = ops.headOf(row.d);
+    const known = counted ? ops.headOf(row.d) : undefined;
     if (known === undefined) changes.added += 1;
     else if (known !== row.eventId) changes.updated += 1;
     ops.put(row);

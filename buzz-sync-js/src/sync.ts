@@ -11,10 +11,11 @@
  */
 
 import { BuzzError } from "./errors.js";
-import { type Page, pageItems, parsePage, useWasmVerifier } from "./page.js";
+import { forged, type Page, pageItems, parsePage, servedEvents, useWasmVerifier, verifyEvents } from "./page.js";
 import type { RelayHttp, RelayInfo } from "./relay.js";
-import type { CollectionState, LiveChanges, Store } from "./store.js";
+import type { AppliedPage, CollectionState, LiveChanges, Store } from "./store.js";
 import { isUuid } from "./types.js";
+import { VerifierWorker, type VerifyWorkerLike } from "./verify-pool.js";
 
 export interface SyncFilter {
   /** Home channels (`#h`); empty: every channel the reader can read. */
@@ -80,6 +81,13 @@ export interface SyncerOptions {
   viewChanges?: ViewChanges;
   /** Verify with libsecp256k1 in WebAssembly when it loads (default true); false: noble. */
   wasmVerifier?: boolean;
+  /** Browsers: check a page's signatures in a Web Worker running the package's
+   * `verify-worker` script (e.g. `() => new Worker(new URL("./verify-worker.js",
+   * import.meta.url), { type: "module" })`), so that they are checked while the page before is
+   * written. Node: `nodeVerifyWorker` (`buzz-sync-js/node`), a worker thread doing the same
+   * beside the SQLite writes. Without it, or when the worker cannot check, they are checked on
+   * this thread. */
+  verifyWorker?: () => VerifyWorkerLike;
 }
 
 export class Syncer {
@@ -91,6 +99,8 @@ export class Syncer {
   readonly verify: boolean;
   readonly viewChanges: ViewChanges;
   readonly wasmVerifier: boolean;
+  private readonly verifyWorker?: () => VerifyWorkerLike;
+  private checker: VerifierWorker | null | undefined;
 
   constructor(options: SyncerOptions) {
     this.http = options.http;
@@ -104,6 +114,13 @@ export class Syncer {
     this.verify = options.verify ?? true;
     this.viewChanges = options.viewChanges ?? "auto";
     this.wasmVerifier = options.wasmVerifier ?? true;
+    this.verifyWorker = options.verifyWorker;
+  }
+
+  /** Ends the verifying worker, if one was started (the next round would start another). */
+  close(): void {
+    this.checker?.terminate();
+    this.checker = undefined;
   }
 
   async relayInfo(): Promise<RelayInfo> {
@@ -115,6 +132,14 @@ export class Syncer {
   async runRound(options: { info?: RelayInfo; onPage?: (progress: PageProgress) => void; maxPages?: number } = {}): Promise<RoundSummary> {
     const info = options.info ?? (await this.relayInfo());
     if (this.verify && this.wasmVerifier) await useWasmVerifier();
+    if (this.checker === undefined) {
+      try {
+        this.checker = this.verify && this.wasmVerifier && this.verifyWorker ? new VerifierWorker(this.verifyWorker()) : null;
+      } catch {
+        this.checker = null; // no worker here (or the page's CSP refuses it): this thread checks
+      }
+    }
+    const checker = this.checker;
     const started = performance.now();
     const waitedBefore = this.http.stats.waited;
     const state = await this.store.state(this.key);
@@ -141,41 +166,15 @@ export class Syncer {
     // it is used unless this page was applied (a page that fails its checks ends the round, and
     // the request's answer is dropped).
     let prefetched: Promise<unknown> | null = null;
-    const maxPages = options.maxPages ?? Infinity;
-    for (let n = 0; n < maxPages; n += 1) {
-      let body: unknown;
-      try {
-        const ahead = prefetched;
-        prefetched = null;
-        body = await (ahead ?? this.fetch(info, progress));
-      } catch (error) {
-        if (!(error instanceof BuzzError) || error.relayCode !== "invalid_progress" || progress === null || tokenRefused) throw error;
-        // The relay cannot read our token (its key changed beyond rotation, or storage was
-        // edited): start over with a full round rather than give up.
-        tokenRefused = true;
-        progress = null;
-        summary.kind = "full";
-        summary.resets += 1;
-        continue;
-      }
-      const next = (body as { progress?: unknown; more?: unknown } | null) ?? {};
-      if (next.more === true && typeof next.progress === "string" && next.progress && n + 1 < maxPages) {
-        prefetched = this.fetch(info, next.progress);
-        prefetched.catch(() => undefined); // surfaces when awaited; never an unhandled rejection
-      }
-      const page = parsePage(body, this.verify);
-      const startsFull = progress === null || page.reset;
-      let target = liveSlot;
-      if (startsFull) target = (1 - liveSlot) as 0 | 1;
-      else if (roundOpen && targetSlot !== null) target = targetSlot;
-      const applied = await this.store.applyPage(this.key, {
-        expectedVersion: version,
-        target,
-        clearTarget: startsFull,
-        page,
-        continuable: info.incremental,
-        swap: !page.more && target !== liveSlot,
-      });
+    // A page's transaction is committing (IndexedDB commits off the page's thread) while the
+    // next page is parsed and its signatures checked; it is awaited before the next is applied,
+    // and before the round ends or fails, so pages are still applied one at a time, in order.
+    let applying: { result: Promise<AppliedPage>; page: Page } | null = null;
+    const settle = async (): Promise<void> => {
+      if (applying === null) return;
+      const { result, page } = applying;
+      applying = null;
+      const applied = await result;
       if (page.reset && progress !== null) {
         summary.resets += 1;
         summary.kind = "full";
@@ -193,7 +192,69 @@ export class Syncer {
       summary.seconds = (performance.now() - started) / 1000;
       summary.waited = this.http.stats.waited - waitedBefore;
       options.onPage?.({ summary, changes: applied.changes, page, state: applied.state });
-      if (!page.more) return summary;
+    };
+    const maxPages = options.maxPages ?? Infinity;
+    try {
+      for (let n = 0; n < maxPages; n += 1) {
+        let body: unknown;
+        try {
+          const ahead = prefetched;
+          prefetched = null;
+          body = await (ahead ?? this.fetch(info, progress));
+        } catch (error) {
+          await settle(); // the page before is applied and reported first, as it would have been
+          if (!(error instanceof BuzzError) || error.relayCode !== "invalid_progress" || progress === null || tokenRefused) throw error;
+          // The relay cannot read our token (its key changed beyond rotation, or storage was
+          // edited): start over with a full round rather than give up.
+          tokenRefused = true;
+          progress = null;
+          summary.kind = "full";
+          summary.resets += 1;
+          continue;
+        }
+        const next = (body as { progress?: unknown; more?: unknown } | null) ?? {};
+        if (next.more === true && typeof next.progress === "string" && next.progress && n + 1 < maxPages) {
+          prefetched = this.fetch(info, next.progress);
+          prefetched.catch(() => undefined); // surfaces when awaited; never an unhandled rejection
+        }
+        let page: Page;
+        let checked: Promise<number | null> | null = null;
+        try {
+          page = parsePage(body, this.verify && checker === null);
+          if (this.verify && checker !== null) checked = checker.check(servedEvents(body));
+        } catch (error) {
+          await settle();
+          throw error;
+        }
+        await settle();
+        if (checked !== null) {
+          const bad = await checked;
+          if (bad === null) verifyEvents(servedEvents(body));
+          else if (bad >= 0) throw forged(servedEvents(body)[bad]);
+        }
+        const startsFull = progress === null || page.reset;
+        let target = liveSlot;
+        if (startsFull) target = (1 - liveSlot) as 0 | 1;
+        else if (roundOpen && targetSlot !== null) target = targetSlot;
+        applying = {
+          page,
+          result: this.store.applyPage(this.key, {
+            expectedVersion: version,
+            target,
+            clearTarget: startsFull,
+            page,
+            continuable: info.incremental,
+            swap: !page.more && target !== liveSlot,
+          }),
+        };
+        applying.result.catch(() => undefined); // surfaces in settle(); never an unhandled rejection
+        if (!page.more) break;
+      }
+      await settle();
+    } finally {
+      // A round that fails (a later page's checks, the network) still waits for the page
+      // already being applied: it is valid, and it commits before the error reaches the caller.
+      if (applying !== null) await (applying as { result: Promise<AppliedPage> }).result.catch(() => undefined);
     }
     return summary;
   }

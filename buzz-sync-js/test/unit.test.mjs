@@ -3,11 +3,15 @@
 // policy (503 backoff, give up), and an unreachable relay sends writes to the outbox.
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { execFileSync } from "node:child_process";
+import { Worker as NodeWorker } from "node:worker_threads";
 import { IDBFactory, IDBKeyRange } from "fake-indexeddb";
 
-import { BuzzClient, IndexedDbStore, MemoryStore, Publisher, RelayAddress, RelayHttp, Syncer, keySigner, generateSecretHex, parsePage } from "../dist/index.js";
+import { BuzzClient, IndexedDbStore, MemoryStore, Publisher, RelayAddress, RelayHttp, Syncer, keySigner, generateSecretHex, parsePage, rowOf } from "../dist/index.js";
 import { random } from "./seeded.mjs";
 import { SqliteStore } from "../dist/sqlite.js";
+import { nodeVerifyWorker } from "../dist/node-verify.js";
+import { emptyState } from "../dist/store.js";
 import { finalizeEvent } from "nostr-tools/pure";
 import { hexToBytes } from "nostr-tools/utils";
 
@@ -328,4 +332,218 @@ test("without artifacts.incremental every round is full and no token of that tim
   const next = await syncer.runRound();
   assert.equal(next.kind, "continuation");
   assert.deepEqual(sent, [null, null, null, "t3"]);
+});
+
+test("a page is checked while the one before commits, yet a bad page still finds that one applied and reported", async () => {
+  // Page 1 is valid, page 2 carries an event whose signature was altered. The store takes its
+  // time to commit (as IndexedDB does), so page 2 is checked while page 1 is still committing.
+  const [d1, d2] = [uuidOf(1), uuidOf(2)];
+  const good = head(d1, CHANNELS[0], "one");
+  const forged = { ...head(d2, CHANNELS[0], "two"), content: "forged" };
+  const bodies = [
+    { events: [good], removed: [], progress: "p1", more: true, reset: false },
+    { events: [JSON.parse(JSON.stringify(forged))], removed: [], progress: "p2", more: false, reset: false },
+  ];
+  const http = new RelayHttp(RelayAddress.parse("http://relay.test"), keySigner(SECRET), {
+    fetch: async (url, init) => (init.method === "GET" ? json(200, INFO) : json(200, bodies.shift())),
+  });
+  const store = new MemoryStore();
+  const commits = [];
+  const apply = store.applyPage.bind(store);
+  store.applyPage = async (key, plan) => {
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    commits.push(plan.page.progress);
+    return apply(key, plan);
+  };
+  await store.open("k");
+  const reported = [];
+  const syncer = new Syncer({ http, store, key: "k" });
+  await assert.rejects(syncer.runRound({ onPage: (p) => reported.push(p.page.progress) }), /does not match/);
+  assert.deepEqual(commits, ["p1"]);
+  assert.deepEqual(reported, ["p1"]);
+  assert.equal((await store.state("k")).progress, "p1");
+  assert.equal((await store.state("k")).roundOpen, true);
+});
+
+/** A browser Worker's shape over a Node worker thread running dist/verify-worker.js. */
+class ThreadWorker {
+  constructor() {
+    this.thread = new NodeWorker(new URL("./verify-worker-node.mjs", import.meta.url));
+    this.thread.unref();
+    this.onmessage = null;
+    this.onerror = null;
+    this.thread.on("message", (data) => this.onmessage?.({ data }));
+    this.thread.on("error", (error) => this.onerror?.(error));
+  }
+  postMessage(message) {
+    this.thread.postMessage(message);
+  }
+  terminate() {
+    void this.thread.terminate();
+  }
+}
+
+/** A worker that fails as soon as it is asked (a page whose CSP refused it, say). */
+class BrokenWorker {
+  postMessage() {
+    setTimeout(() => this.onerror?.(new Error("worker failed to start")), 1);
+  }
+  terminate() {}
+}
+
+/** The worker's shape around `worker`, counting the answers it gives (a worker that answers
+ * nothing leaves every check to the calling thread, and the round would still pass). */
+function counted(worker) {
+  const shape = {
+    answers: 0,
+    postMessage: (message) => worker.postMessage(message),
+    terminate: () => worker.terminate(),
+    set onmessage(listen) {
+      worker.onmessage = (message) => {
+        shape.answers += 1;
+        listen(message);
+      };
+    },
+    set onerror(listen) {
+      worker.onerror = listen;
+    },
+  };
+  return shape;
+}
+
+// [name, a new worker, whether it answers (else the calling thread checks)]
+for (const [name, makeWorker, answers] of [
+  ["a worker", () => new ThreadWorker(), true],
+  ["a broken worker (this thread instead)", () => new BrokenWorker(), false],
+  // Node's own: the package's verify-thread.js, and a thread whose script throws as it starts.
+  ["a Node worker thread (nodeVerifyWorker)", () => nodeVerifyWorker(), true],
+  ["a Node thread that fails to start (this thread instead)", () => nodeVerifyWorker(new URL("./verify-thread-broken.mjs", import.meta.url)), false],
+]) {
+  test(`signatures checked by ${name}: a valid round applies, a forged event stops the round after the page before`, async () => {
+    const pages = (forge) => {
+      const events = Array.from({ length: 6 }, (_, i) => JSON.parse(JSON.stringify(head(uuidOf(100 + i), CHANNELS[i % 3], `w${i}`))));
+      if (forge) events[4] = { ...events[4], tags: [...events[4].tags, ["x", "y"]] };
+      return [
+        { events: events.slice(0, 3), removed: [], progress: "p1", more: true, reset: false },
+        { events: events.slice(3), removed: [], progress: "p2", more: false, reset: false },
+      ];
+    };
+    for (const forge of [false, true]) {
+      const bodies = pages(forge);
+      const http = new RelayHttp(RelayAddress.parse("http://relay.test"), keySigner(SECRET), {
+        fetch: async (url, init) => (init.method === "GET" ? json(200, INFO) : json(200, bodies.shift())),
+      });
+      const store = new MemoryStore();
+      await store.open("k");
+      const worker = counted(makeWorker());
+      try {
+        const syncer = new Syncer({ http, store, key: "k", verifyWorker: () => worker });
+        if (forge) {
+          await assert.rejects(syncer.runRound(), /whose id or signature does not match/);
+          assert.equal((await store.state("k")).progress, "p1");
+        } else {
+          const summary = await syncer.runRound();
+          assert.equal(summary.pages, 2);
+          assert.equal(await store.count("k"), 6);
+        }
+        // Each page was checked by the worker (the forged one too), or by none of them.
+        assert.equal(worker.answers, answers ? 2 : 0);
+      } finally {
+        worker.terminate();
+      }
+    }
+  });
+}
+
+test("a Node verify thread holds the process open while it checks a page, and not after", () => {
+  // Awaiting an answer with nothing else pending: the process must wait for it (else Node ends
+  // it mid-round), and then exit although the thread was never terminated.
+  const script = `
+    import { nodeVerifyWorker } from ${JSON.stringify(new URL("../dist/node-verify.js", import.meta.url).href)};
+    const worker = nodeVerifyWorker();
+    const answer = await new Promise((resolve) => {
+      worker.onmessage = ({ data }) => resolve(data);
+      worker.postMessage({ id: 7, events: ${JSON.stringify([head(uuidOf(1), CHANNELS[0], "t")])} });
+    });
+    console.log(JSON.stringify(answer));`;
+  const out = execFileSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", timeout: 20_000 });
+  assert.deepEqual(JSON.parse(out), { id: 7, bad: -1 });
+});
+
+// The first SQLite layout (user_version 0), exactly as SqliteStore wrote it before version 2:
+// a file of that time, for the migration test.
+const SQLITE_VERSION_0 = `
+CREATE TABLE collections (key TEXT PRIMARY KEY, state TEXT NOT NULL);
+CREATE TABLE artifacts (
+  key TEXT NOT NULL, slot INTEGER NOT NULL, d TEXT NOT NULL, event_id TEXT NOT NULL, channel TEXT NOT NULL,
+  type TEXT, title TEXT, created_at INTEGER NOT NULL, event TEXT NOT NULL, PRIMARY KEY (key, slot, d)
+) WITHOUT ROWID;
+CREATE INDEX artifacts_channel ON artifacts (key, slot, channel);
+CREATE INDEX artifacts_modified ON artifacts (key, slot, created_at);
+CREATE TABLE outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, event TEXT NOT NULL, queued_at INTEGER NOT NULL);
+CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE VIEW collection_artifacts AS
+  SELECT a.key AS collection, a.d, a.event_id, a.channel, a.type, a.title, a.created_at, a.event
+  FROM artifacts AS a JOIN collections AS c ON c.key = a.key
+  WHERE a.slot = json_extract(c.state, '$.liveSlot');
+`;
+
+test("sqlite: a file of the first layout is migrated once, whole: collections, tokens, both slots, outbox and meta", async () => {
+  const { default: Database } = await import("better-sqlite3");
+  const { mkdtempSync, rmSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const dir = mkdtempSync(`${tmpdir()}/buzz-sqlite-v0-`);
+  const path = `${dir}/old.sqlite`;
+  try {
+    // Two collections written as the old code wrote them: A finished a round (live slot 1, its
+    // token), B is in the middle of a full round (rows staged in slot 1, live rows in slot 0).
+    const keys = ['["http://a",1]', '["http://b",2]'];
+    const events = Array.from({ length: 6 }, (_, i) => JSON.parse(JSON.stringify(head(uuidOf(200 + i), CHANNELS[i % 3], `old ${i}`))));
+    const states = [
+      { version: 3, liveSlot: 1, targetSlot: null, roundOpen: false, complete: true, continuable: true, progress: "token-a" },
+      { version: 5, liveSlot: 0, targetSlot: 1, roundOpen: true, complete: false, continuable: true, progress: "token-b" },
+    ];
+    const old = new Database(path);
+    old.exec(SQLITE_VERSION_0);
+    const put = old.prepare("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    const row = (key, slot, event) => {
+      const r = rowOf(event);
+      put.run(key, slot, r.d, r.eventId, r.channel, r.type, r.title, r.createdAt, JSON.stringify(event));
+    };
+    keys.forEach((key, i) => old.prepare("INSERT INTO collections VALUES (?, ?)").run(key, JSON.stringify({ ...emptyState(), ...states[i] })));
+    for (const event of events.slice(0, 3)) row(keys[0], 1, event);
+    for (const event of events.slice(3, 5)) row(keys[1], 0, event);
+    row(keys[1], 1, events[5]);
+    old.prepare("INSERT INTO outbox (key, event, queued_at) VALUES (?, ?, ?)").run(keys[0], JSON.stringify(events[0]), 1234);
+    old.prepare("INSERT INTO meta VALUES (?, ?)").run("signer", "kept");
+    old.close();
+
+    const store = new SqliteStore(path);
+    assert.equal(store.db.pragma("user_version", { simple: true }), 2);
+    assert.deepEqual(store.db.prepare("SELECT name FROM pragma_table_info('artifacts')").all().map((c) => c.name)[0], "collection");
+    assert.deepEqual(store.db.prepare("SELECT name FROM sqlite_master WHERE name LIKE '%_v0'").all(), []);
+    for (const [i, key] of keys.entries()) assert.deepEqual(await store.state(key), { ...emptyState(), ...states[i] });
+    assert.deepEqual((await store.query(keys[0], {})).map((r) => r.d).sort(), events.slice(0, 3).map((e) => rowOf(e).d).sort());
+    assert.deepEqual((await store.query(keys[1], {})).map((r) => r.d).sort(), events.slice(3, 5).map((e) => rowOf(e).d).sort());
+    assert.deepEqual(await store.get(keys[0], rowOf(events[1]).d), rowOf(events[1]));
+    assert.deepEqual((await store.outboxList(keys[0])).map((o) => [o.event.id, o.queuedAt]), [[events[0].id, 1234]]);
+    assert.equal(await store.getMeta("signer"), "kept");
+    // Other programs' view: still the live slot of each collection, named by its key.
+    assert.deepEqual(store.db.prepare("SELECT collection, count(*) AS n FROM collection_artifacts GROUP BY collection ORDER BY collection").all(),
+      [{ collection: keys[0], n: 3 }, { collection: keys[1], n: 2 }]);
+    // B's open round goes on from its token: its last page lands beside the staged row, and the
+    // swap makes slot 1 live with both.
+    const page = parsePage({ events: [events[4]], removed: [], progress: "token-b2", more: false, reset: false }, false);
+    const applied = await store.applyPage(keys[1], { expectedVersion: 5, target: 1, clearTarget: false, page, continuable: true, swap: true });
+    assert.equal(applied.state.liveSlot, 1);
+    assert.deepEqual((await store.query(keys[1], {})).map((r) => r.d).sort(), [events[4], events[5]].map((e) => rowOf(e).d).sort());
+    await store.close();
+    // Opened again: already version 2, nothing to do, the same collection.
+    const again = new SqliteStore(path);
+    assert.equal((await again.state(keys[1])).progress, "token-b2");
+    assert.equal(await again.count(keys[0]), 3);
+    await again.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

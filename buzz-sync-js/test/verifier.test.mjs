@@ -1,0 +1,81 @@
+// The WebAssembly signature checker (libsecp256k1, verifier/build.sh) against nostr-tools'
+// @noble/curves check on the same events: valid ones, and each part of a valid one altered
+// (content, tags, time, kind, id, public key, signature, including keys off the curve and
+// signature halves out of range). A checker that accepted anything, or refused a valid event,
+// fails here.
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { test } from "node:test";
+import { finalizeEvent, generateSecretKey, verifyEvent as nobleVerify } from "nostr-tools/pure";
+
+import { SECP256K1_WASM } from "../dist/secp256k1-wasm.js";
+import { loadWasmVerifier } from "../dist/verifier.js";
+import { random } from "./seeded.mjs";
+
+const P = "fffffffffffffffffffffffffffffffffffffffffffffffffffffffefffffc2f"; // the field's prime
+const N = "fffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141"; // the group's order
+
+function events(count, rand) {
+  const keys = [generateSecretKey(), generateSecretKey(), generateSecretKey()];
+  const found = [];
+  for (let i = 0; i < count; i += 1) {
+    const title = ["task", "tâche \u{1F41D}", "\"quoted\"\n\\", ""][Math.floor(rand() * 4)] + i;
+    const tags = [["d", crypto.randomUUID()], ["h", crypto.randomUUID()], ["type", "buzz.task"], ["title", title]];
+    const content = rand() < 0.05 ? "x".repeat(200_000) : JSON.stringify({ done: rand() < 0.5, note: title });
+    // As served: plain JSON (finalizeEvent marks its result verified, which noble then trusts).
+    found.push(JSON.parse(JSON.stringify(finalizeEvent({ kind: 45010, created_at: 1_700_000_000 + i, tags, content }, keys[i % 3]))));
+  }
+  return found;
+}
+
+const flipHex = (hex, at) => hex.slice(0, at) + ((parseInt(hex[at], 16) ^ 1).toString(16)) + hex.slice(at + 1);
+
+function altered(event, rand, others) {
+  const at = (n) => Math.floor(rand() * n);
+  const other = others[at(others.length)];
+  const changes = [
+    { content: event.content + " " },
+    { tags: [...event.tags, ["x", "y"]] },
+    { created_at: event.created_at + 1 },
+    { kind: 45011 },
+    { id: flipHex(event.id, at(64)) },
+    { sig: flipHex(event.sig, at(128)) },
+    { pubkey: flipHex(event.pubkey, at(64)) },
+    { pubkey: other.pubkey },
+    { sig: other.sig },
+    { sig: P + event.sig.slice(64) }, // r = p: not a field element
+    { sig: event.sig.slice(0, 64) + N }, // s = n: not a scalar
+    { pubkey: P }, // x = p: not a field element
+    { pubkey: "0".repeat(64) },
+    { id: event.id.toUpperCase() }, // ids are lowercase hex (NIP-01)
+    { sig: event.sig.slice(0, 127) },
+  ];
+  return { ...event, ...changes[at(changes.length)] };
+}
+
+test("the committed module is the one src/secp256k1-wasm.ts carries", () => {
+  const file = readFileSync(new URL("../verifier/secp256k1.wasm", import.meta.url));
+  assert.deepEqual(Buffer.from(SECP256K1_WASM, "base64"), file);
+  const header = readFileSync(new URL("../src/secp256k1-wasm.ts", import.meta.url), "utf8");
+  assert.ok(header.includes(createHash("sha256").update(file).digest("hex")));
+});
+
+test("libsecp256k1 in WebAssembly agrees with @noble/curves on valid and altered events", async () => {
+  const verify = await loadWasmVerifier();
+  const rand = random(34);
+  const valid = events(300, rand);
+  for (const event of valid) assert.equal(verify(event), true, `valid event ${event.id} refused`);
+  let refused = 0;
+  for (let round = 0; round < 3; round += 1) {
+    for (const event of valid) {
+      const bad = altered(event, rand, valid);
+      const expected = nobleVerify({ ...bad });
+      assert.equal(verify(bad), expected, `disagrees with noble on ${JSON.stringify(bad).slice(-400)}`);
+      if (!expected) refused += 1;
+    }
+  }
+  assert.ok(refused >= 800, `only ${refused} of 900 altered events were refused`);
+  // After the large events grew its memory, the module still checks small ones.
+  for (const event of valid.slice(0, 20)) assert.equal(verify(event), true);
+});
