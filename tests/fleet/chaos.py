@@ -26,7 +26,8 @@ The oracle:
 - subscribers converge: a write made after the last check reaches every subscriber live;
 - no 5xx outside the windows the faults document: from a kill until the instance is back and
   nginx's fail_timeout has passed, from PostgreSQL's stop (or the primary's crash) until 5 s
-  after it (or the promoted standby) accepts again; a Redis failover documents none.
+  after it accepts again (after a promotion: until 5 s after its new synchronous standby streams,
+  which its commits wait for); a Redis failover documents none.
 
 A reader's collection may be left in the middle of a round by a fault (a page answered 503): its
 catch-up then finishes that round and runs one more (PROTOCOL.md section 5, "Resumed rounds"),
@@ -235,11 +236,15 @@ class Fleet:
         self.standby.promote()
         self.dep.postgres = self.standby.server
         wait_until(lambda: not self.dep.sql("SELECT pg_is_in_recovery()")[0][0], timeout=60)
-        window_end = time.monotonic() + POSTGRES_GRACE_SECONDS
         self.promotions += 1
         self.standby = start_standby(self.dep, f"standby-{self.promotions}", synchronous=True,
                                      port=dead.port)
-        return started, window_end
+        # The window ends after the new standby streams, not at the promotion: the promoted
+        # server carries the old primary's synchronous_standby_names (pg_basebackup copied its
+        # postgresql.auto.conf), so its commits wait for a synchronous standby until one is
+        # attached, and a write that waited past the relay's deadline was answered 503 inside
+        # the fault (seen once in CI when the base backup was slow).
+        return started, time.monotonic() + POSTGRES_GRACE_SECONDS
 
     def kill_redis_master(self, rng: random.Random) -> tuple[float, float]:
         """SIGKILL of the Redis master: the sentinels promote its replica, and the old master
