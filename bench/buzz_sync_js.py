@@ -126,6 +126,9 @@ def main() -> None:
     parser.add_argument("--base", type=Path, help="A/B: another checkout's buzz-sync-js (built), "
                         "e.g. a `git worktree` of the previous main, timed in the same run")
     parser.add_argument("--pairs", type=int, default=3, help="A/B pairs of Node rounds")
+    parser.add_argument("--browser-pairs", type=int, default=1,
+                        help="with --browser and --base: alternated pairs of the page's first "
+                        "sync (base's page, then this checkout's, on the same relay and data)")
     parser.add_argument("--database-url", default=os.environ.get(
         "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
     parser.add_argument("--bench-database", default="buzz_sync_js_bench",
@@ -164,10 +167,10 @@ def main() -> None:
             for _ in range(args.pairs):
                 threads.append((n, node_round(relay, reader, verify=True, one_thread=True),
                                 node_round(relay, reader, verify=True)))
-            if args.browser and args.base:
-                base_scripts = args.base.parent / "buzzrelay" / "static" / "buzz-app"
-                browsers.append((n, browser_figures(relay, n, base_scripts) | {"label": "base"}))
-            if args.browser:
+            for _ in range(args.browser_pairs if args.browser else 0):
+                if args.base:
+                    scripts = args.base.parent / "buzzrelay" / "static" / "buzz-app"
+                    browsers.append((n, browser_figures(relay, n, scripts) | {"label": "base"}))
                 browsers.append((n, browser_figures(relay, n) | {"label": "this checkout"}))
         finally:
             relay.stop()
@@ -223,6 +226,15 @@ def main() -> None:
               f"{figures['read_seconds'] * 1000:.0f} ms, every column rendered, "
               f"{figures['render_seconds'] * 1000:.0f} ms) at "
               f"{figures['complete_seconds'] * 1000:.0f} ms")
+    for n in args.n if args.base and args.browser_pairs > 1 else []:
+        runs = [run for m, run in browsers if m == n]
+        rates = list(zip([run["rate"] for run in runs if run["label"] == "base"],
+                         [run["rate"] for run in runs if run["label"] != "base"], strict=True))
+        print(f"\n/app/ first sync, N={n:,}, {len(rates)} alternated pairs, artifacts/s base -> "
+              "this checkout: " + "; ".join(f"{a:,.0f} -> {b:,.0f}" for a, b in rates)
+              + f"; medians {statistics.median(a for a, _ in rates):,.0f} -> "
+              f"{statistics.median(b for _, b in rates):,.0f}, median ratio "
+              f"{statistics.median(b / a for a, b in rates):.2f}")
     apply = subprocess.run(["node", "bench/apply_round.mjs", str(args.apply_n), "300"],
                            cwd=PACKAGE, capture_output=True, text=True, check=True)
     figures = json.loads(apply.stdout.strip().splitlines()[-1])

@@ -12,13 +12,37 @@ import type { ArtifactRow, CollectionQuery, NostrEvent } from "./types.js";
 import { matches, rowOf, runQuery } from "./types.js";
 
 /** 1: rows held the whole event object. 2: rows are flat (the fields queries and the board
- * read) with the event as JSON text, parsed only when `row.event` is read: reading 10,000 rows
- * then deserializes 10,000 flat records, not 10,000 events with their tag arrays; and a
- * `modified` index serves "newest first" with a limit from a cursor. Version 1 rows are still
- * read (their `event` is an object); rows written from version 2 on are flat. */
-const VERSION = 2;
+ * read) with the event as JSON text, parsed only when `row.event` is read, and a `modified`
+ * index serves "newest first" with a limit from a cursor. 3: rows move to the `rows` store,
+ * keyed by a small number per collection and slot (`part`) instead of the collection's
+ * ~130-character key, which every row and both of its index entries repeated (twice in an
+ * index entry: its own key and the row's); a row keeps the event's tags (JSON text) and
+ * signature, not the whole event again beside the fields it was read into. Each collection
+ * record holds its number (`id`). Opening a version 1 or 2 database moves its rows in the
+ * upgrade's own transaction: all or nothing. */
+const VERSION = 3;
 
+/** A version 3 row. */
 interface StoredRow {
+  /** The collection's `id` times two plus the slot. */
+  part: number;
+  d: string;
+  eventId: string;
+  channel: string;
+  createdAt: number;
+  kind: number;
+  type: string | null;
+  op: string | null;
+  title: string | null;
+  content: string;
+  author: string;
+  /** The event's tags as JSON text, parsed only when `row.event` is read. */
+  tags: string;
+  sig: string;
+}
+
+/** A row of the version 1 and 2 `artifacts` store (read once, by the upgrade). */
+interface OldRow {
   key: string;
   slot: Slot;
   d: string;
@@ -35,25 +59,79 @@ interface StoredRow {
   event: string | NostrEvent;
 }
 
-function storedOf(key: string, slot: Slot, row: ArtifactRow): StoredRow {
+interface CollectionRecord {
+  key: string;
+  state: CollectionState;
+  id?: number;
+}
+
+const partOf = (id: number, slot: Slot): number => id * 2 + slot;
+
+function storedOf(part: number, row: ArtifactRow): StoredRow {
+  const { event } = row;
   return {
-    key, slot, d: row.d, eventId: row.eventId, channel: row.channel, createdAt: row.createdAt, kind: row.kind, type: row.type,
-    op: row.op, title: row.title, content: row.content, author: row.author, event: JSON.stringify(row.event),
+    part, d: row.d, eventId: row.eventId, channel: row.channel, createdAt: row.createdAt, kind: row.kind, type: row.type,
+    op: row.op, title: row.title, content: row.content, author: row.author, tags: JSON.stringify(event.tags), sig: event.sig,
   };
 }
 
-/** The row as queries return it; a version 2 row's event is parsed on first use. */
+/** The row as queries return it; its event is rebuilt on first use. */
 export function rowOfStored(stored: StoredRow): ArtifactRow {
-  if (typeof stored.event !== "string") return rowOf(stored.event);
-  const json = stored.event;
   let event: NostrEvent | undefined;
   return {
-    d: stored.d, eventId: stored.eventId, kind: stored.kind ?? 0, channel: stored.channel, type: stored.type ?? null, op: stored.op ?? null,
-    title: stored.title ?? null, content: stored.content ?? "", author: stored.author ?? "", createdAt: stored.createdAt,
+    d: stored.d, eventId: stored.eventId, kind: stored.kind, channel: stored.channel, type: stored.type, op: stored.op,
+    title: stored.title, content: stored.content, author: stored.author, createdAt: stored.createdAt,
     get event(): NostrEvent {
-      event ??= JSON.parse(json) as NostrEvent;
+      event ??= {
+        id: stored.eventId, pubkey: stored.author, created_at: stored.createdAt, kind: stored.kind,
+        tags: JSON.parse(stored.tags) as string[][], content: stored.content, sig: stored.sig,
+      };
       return event;
     },
+  };
+}
+
+/** A version 1 or 2 row as a row. */
+function rowOfOld(old: OldRow): ArtifactRow {
+  if (typeof old.event !== "string") return rowOf(old.event);
+  return rowOf(JSON.parse(old.event) as NostrEvent);
+}
+
+/** The upgrade from version 1 or 2, inside its versionchange transaction: every collection
+ * gets its number, every row moves to `rows`, then `artifacts` goes. */
+function moveRows(tx: IDBTransaction): void {
+  const collections = tx.objectStore("collections");
+  const rows = tx.objectStore("rows");
+  const ids = new Map<string, number>();
+  const numbered = collections.openCursor();
+  numbered.onsuccess = () => {
+    const at = numbered.result;
+    if (at) {
+      const record = at.value as CollectionRecord;
+      const id = ids.size + 1;
+      ids.set(record.key, id);
+      at.update({ ...record, id });
+      at.continue();
+      return;
+    }
+    const moving = tx.objectStore("artifacts").openCursor();
+    moving.onsuccess = () => {
+      const row = moving.result;
+      if (!row) {
+        tx.db.deleteObjectStore("artifacts");
+        return;
+      }
+      const old = row.value as OldRow;
+      let id = ids.get(old.key);
+      if (id === undefined) {
+        // Rows without a collection record (never written so): kept, under an empty state.
+        id = ids.size + 1;
+        ids.set(old.key, id);
+        collections.put({ key: old.key, state: emptyState(), id });
+      }
+      rows.put(storedOf(partOf(id, old.slot), rowOfOld(old)));
+      row.continue();
+    };
   };
 }
 
@@ -88,25 +166,37 @@ export class IndexedDbStore implements Store {
     const req = factory.open(name, VERSION);
     req.onupgradeneeded = (event) => {
       const db = req.result;
+      const tx = req.transaction!;
       if (event.oldVersion < 1) {
         db.createObjectStore("collections", { keyPath: "key" });
-        const artifacts = db.createObjectStore("artifacts", { keyPath: ["key", "slot", "d"] });
-        artifacts.createIndex("channel", ["key", "slot", "channel"]);
         db.createObjectStore("outbox", { keyPath: "id", autoIncrement: true }).createIndex("key", "key");
         db.createObjectStore("meta", { keyPath: "name" });
       }
-      if (event.oldVersion < 2) req.transaction!.objectStore("artifacts").createIndex("modified", ["key", "slot", "createdAt"]);
+      if (event.oldVersion < 3) {
+        tx.objectStore("collections").createIndex("id", "id", { unique: true });
+        const rows = db.createObjectStore("rows", { keyPath: ["part", "d"] });
+        rows.createIndex("channel", ["part", "channel"]);
+        rows.createIndex("modified", ["part", "createdAt"]);
+        if (event.oldVersion >= 1) moveRows(tx);
+      }
     };
     return new IndexedDbStore(await request(req), keyRange);
   }
 
-  private slotRange(key: string, slot: Slot): IDBKeyRange {
-    return this.keyRange.bound([key, slot, ""], [key, slot, "\uffff"]);
+  private partRange(part: number): IDBKeyRange {
+    return this.keyRange.bound([part, ""], [part, "\uffff"]);
   }
 
-  private async readState(store: IDBObjectStore, key: string): Promise<CollectionState> {
-    const found = (await request(store.get(key))) as { state: CollectionState } | undefined;
-    return found?.state ?? emptyState();
+  private async readRecord(store: IDBObjectStore, key: string): Promise<CollectionRecord> {
+    const found = (await request(store.get(key))) as CollectionRecord | undefined;
+    return found ?? { key, state: emptyState() };
+  }
+
+  /** The collection's number, given to it (the next after the highest) when it first writes. */
+  private async numbered(store: IDBObjectStore, record: CollectionRecord): Promise<number> {
+    if (record.id !== undefined) return record.id;
+    const last = await request(store.index("id").openKeyCursor(null, "prev"));
+    return last ? (last.key as number) + 1 : 1;
   }
 
   async open(key: string): Promise<CollectionState> {
@@ -115,25 +205,28 @@ export class IndexedDbStore implements Store {
 
   async state(key: string): Promise<CollectionState> {
     const tx = this.db.transaction("collections", "readonly");
-    return this.readState(tx.objectStore("collections"), key);
+    return (await this.readRecord(tx.objectStore("collections"), key)).state;
   }
 
   async applyPage(key: string, plan: PagePlan): Promise<AppliedPage> {
-    const tx = this.db.transaction(["collections", "artifacts"], "readwrite");
+    const tx = this.db.transaction(["collections", "rows"], "readwrite");
     const finished = done(tx);
     const collections = tx.objectStore("collections");
-    const artifacts = tx.objectStore("artifacts");
+    const artifacts = tx.objectStore("rows");
     let result: AppliedPage;
     try {
-      const before = await this.readState(collections, key);
+      const record = await this.readRecord(collections, key);
+      const before = record.state;
       checkVersion(before, plan);
+      const id = await this.numbered(collections, record);
       const slot = plan.target;
       const live = before.liveSlot;
+      const part = partOf(id, slot);
       // A staged full round's slot: its changes are not reported, so only what decides an
       // outcome is read (markers' heads, removed channels' rows), not every event's head.
       const counted = slot === live;
       const { page } = plan;
-      if (plan.clearTarget) artifacts.delete(this.slotRange(key, slot));
+      if (plan.clearTarget) artifacts.delete(this.partRange(part));
       // What applying reads, read first: heads of every d the page names, rows of removed channels.
       const heads = new Map<string, string>();
       const byChannel = new Map<string, string[]>();
@@ -141,10 +234,10 @@ export class IndexedDbStore implements Store {
         const named = counted
           ? [...page.events.map((r) => r.d), ...page.markers.map((m) => m.d), ...page.removed.map((r) => r.d)]
           : page.markers.map((m) => m.d);
-        const found = await Promise.all(named.map((d) => request(artifacts.get([key, slot, d])) as Promise<StoredRow | undefined>));
+        const found = await Promise.all(named.map((d) => request(artifacts.get([part, d])) as Promise<StoredRow | undefined>));
         for (const row of found) if (row) heads.set(row.d, row.eventId);
         for (const channel of page.removedChannels) {
-          const rows = (await request(artifacts.index("channel").getAll([key, slot, channel]))) as StoredRow[];
+          const rows = (await request(artifacts.index("channel").getAll([part, channel]))) as StoredRow[];
           byChannel.set(channel, rows.map((row) => row.d));
           for (const row of rows) heads.set(row.d, row.eventId);
         }
@@ -155,7 +248,7 @@ export class IndexedDbStore implements Store {
             let n = 0;
             for (const d of byChannel.get(channel) ?? []) {
               if (heads.delete(d)) {
-                artifacts.delete([key, slot, d]);
+                artifacts.delete([part, d]);
                 n += 1;
               }
             }
@@ -164,13 +257,13 @@ export class IndexedDbStore implements Store {
           deleteD: (d) => {
             // Uncounted, heads were not read: delete whatever is there.
             if (!heads.delete(d) && counted) return false;
-            artifacts.delete([key, slot, d]);
+            artifacts.delete([part, d]);
             return true;
           },
           headOf: (d) => heads.get(d),
           put: (row) => {
             heads.set(row.d, row.eventId);
-            artifacts.put(storedOf(key, slot, row));
+            artifacts.put(storedOf(part, row));
           },
         },
         page,
@@ -179,21 +272,22 @@ export class IndexedDbStore implements Store {
       if (slot !== live) {
         changes = noChanges();
         if (plan.swap) {
-          const oldCount = await request(artifacts.count(this.slotRange(key, live)));
+          const livePart = partOf(id, live);
+          const oldCount = await request(artifacts.count(this.partRange(livePart)));
           if (oldCount === 0) {
-            changes = { ...noChanges(), added: await request(artifacts.count(this.slotRange(key, slot))), upserted: null, deleted: null };
+            changes = { ...noChanges(), added: await request(artifacts.count(this.partRange(part))), upserted: null, deleted: null };
           } else {
             const [oldRows, newRows] = (await Promise.all([
-              request(artifacts.getAll(this.slotRange(key, live))),
-              request(artifacts.getAll(this.slotRange(key, slot))),
+              request(artifacts.getAll(this.partRange(livePart))),
+              request(artifacts.getAll(this.partRange(part))),
             ])) as [StoredRow[], StoredRow[]];
             changes = swapChanges(new Map(oldRows.map((r) => [r.d, r.eventId])), newRows.map((r) => [r.d, r.eventId] as [string, string]));
-            artifacts.delete(this.slotRange(key, live));
+            artifacts.delete(this.partRange(livePart));
           }
         }
       }
       const after = stateAfter(before, plan);
-      collections.put({ key, state: after });
+      collections.put({ key, state: after, id } satisfies CollectionRecord);
       result = { state: after, changes };
     } catch (error) {
       try {
@@ -208,29 +302,37 @@ export class IndexedDbStore implements Store {
     return result;
   }
 
+  /** The live slot's part, or null for a collection that never wrote a page (no rows). */
+  private async livePart(tx: IDBTransaction, key: string): Promise<number | null> {
+    const record = await this.readRecord(tx.objectStore("collections"), key);
+    return record.id === undefined ? null : partOf(record.id, record.state.liveSlot);
+  }
+
   async get(key: string, d: string): Promise<ArtifactRow | undefined> {
-    const tx = this.db.transaction(["collections", "artifacts"], "readonly");
-    const state = await this.readState(tx.objectStore("collections"), key);
-    const row = (await request(tx.objectStore("artifacts").get([key, state.liveSlot, d]))) as StoredRow | undefined;
+    const tx = this.db.transaction(["collections", "rows"], "readonly");
+    const part = await this.livePart(tx, key);
+    if (part === null) return undefined;
+    const row = (await request(tx.objectStore("rows").get([part, d]))) as StoredRow | undefined;
     return row ? rowOfStored(row) : undefined;
   }
 
   async query(key: string, query: CollectionQuery): Promise<ArtifactRow[]> {
-    const tx = this.db.transaction(["collections", "artifacts"], "readonly");
-    const state = await this.readState(tx.objectStore("collections"), key);
-    const artifacts = tx.objectStore("artifacts");
+    const tx = this.db.transaction(["collections", "rows"], "readonly");
+    const part = await this.livePart(tx, key);
+    if (part === null) return [];
+    const artifacts = tx.objectStore("rows");
     // Newest first with a limit: a cursor over the modification index. With a channel, that
     // channel's rows are fewer than a cursor might walk past to find them: its index instead.
     if (query.limit !== undefined && query.orderBy !== "title" && query.channel === undefined) {
-      return this.newest(artifacts, key, state.liveSlot, query);
+      return this.newest(artifacts, part, query);
     }
     let stored: StoredRow[];
     if (query.channel !== undefined) {
       const channels = typeof query.channel === "string" ? [query.channel] : [...query.channel];
-      const parts = await Promise.all(channels.map((channel) => request(artifacts.index("channel").getAll([key, state.liveSlot, channel])) as Promise<StoredRow[]>));
+      const parts = await Promise.all(channels.map((channel) => request(artifacts.index("channel").getAll([part, channel])) as Promise<StoredRow[]>));
       stored = parts.flat();
     } else {
-      stored = (await request(artifacts.getAll(this.slotRange(key, state.liveSlot)))) as StoredRow[];
+      stored = (await request(artifacts.getAll(this.partRange(part)))) as StoredRow[];
     }
     return runQuery(stored.map(rowOfStored), query);
   }
@@ -239,9 +341,9 @@ export class IndexedDbStore implements Store {
    * stopping once it has them: a first screenful costs that screenful, not the collection. Rows
    * modified in the same second as the last one taken are read too, so that ties are ordered by
    * `d` exactly as `compareRows` orders them. */
-  private newest(artifacts: IDBObjectStore, key: string, slot: Slot, query: CollectionQuery): Promise<ArtifactRow[]> {
+  private newest(artifacts: IDBObjectStore, part: number, query: CollectionQuery): Promise<ArtifactRow[]> {
     const limit = Math.max(0, Math.floor(query.limit ?? 0));
-    const range = this.keyRange.bound([key, slot, -Infinity], [key, slot, Infinity]);
+    const range = this.keyRange.bound([part, -Infinity], [part, Infinity]);
     const found: ArtifactRow[] = [];
     return new Promise((resolve, reject) => {
       if (limit === 0) return resolve([]);
@@ -262,9 +364,9 @@ export class IndexedDbStore implements Store {
   }
 
   async count(key: string): Promise<number> {
-    const tx = this.db.transaction(["collections", "artifacts"], "readonly");
-    const state = await this.readState(tx.objectStore("collections"), key);
-    return request(tx.objectStore("artifacts").count(this.slotRange(key, state.liveSlot)));
+    const tx = this.db.transaction(["collections", "rows"], "readonly");
+    const part = await this.livePart(tx, key);
+    return part === null ? 0 : request(tx.objectStore("rows").count(this.partRange(part)));
   }
 
   async outboxAdd(key: string, event: NostrEvent): Promise<OutboxEntry> {

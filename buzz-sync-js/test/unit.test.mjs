@@ -200,6 +200,99 @@ test("IndexedDB: a database of version 1 (whole events in rows) opens, reads and
   assert.deepEqual((await store.query("k", {})).map((r) => r.title).sort(), ["after the upgrade", "from version 1"]);
 });
 
+/** A database as version 2 of the adapter left it: `schema` creates its stores, `fill` writes. */
+function oldDatabase(factory, name, version, fill) {
+  return new Promise((resolve, reject) => {
+    const req = factory.open(name, version);
+    req.onupgradeneeded = () => {
+      const db = req.result;
+      db.createObjectStore("collections", { keyPath: "key" });
+      const artifacts = db.createObjectStore("artifacts", { keyPath: ["key", "slot", "d"] });
+      artifacts.createIndex("channel", ["key", "slot", "channel"]);
+      if (version >= 2) artifacts.createIndex("modified", ["key", "slot", "createdAt"]);
+      db.createObjectStore("outbox", { keyPath: "id", autoIncrement: true }).createIndex("key", "key");
+      db.createObjectStore("meta", { keyPath: "name" });
+    };
+    req.onsuccess = () => {
+      const db = req.result;
+      const tx = db.transaction(["collections", "artifacts", "outbox", "meta"], "readwrite");
+      fill(tx);
+      tx.oncomplete = () => (db.close(), resolve());
+      tx.onerror = () => reject(tx.error);
+    };
+    req.onerror = () => reject(req.error);
+  });
+}
+
+/** A row as version 2 wrote it (flat, the event as JSON text). */
+const rowV2 = (key, slot, e) => {
+  const tag = (name) => e.tags.find((t) => t[0] === name)?.[1] ?? null;
+  return {
+    key, slot, d: tag("d"), eventId: e.id, channel: tag("h"), createdAt: e.created_at, kind: e.kind, type: tag("type"), op: tag("op"),
+    title: tag("title"), content: e.content, author: e.pubkey, event: JSON.stringify(e),
+  };
+};
+
+test("IndexedDB: a version 2 database moves to version 3 whole: states, both slots, a staged round, outbox and meta", async () => {
+  const factory = new IDBFactory();
+  const [a, b, c, e] = [1, 2, 3, 5].map((n) => stamped(uuidOf(n), CHANNELS[n % 3], `Task ${n}`, 1_700_000_000 + n));
+  // k1: live slot 1 (a, and b as a version 1 row: the whole event), a full round staged in
+  // slot 0 (c so far); k2: its own collection in slot 0 (e).
+  const k1 = { version: 3, liveSlot: 1, progress: "p3", roundOpen: true, targetSlot: 0, continuable: true, complete: true, rounds: 1 };
+  const k2 = { version: 1, liveSlot: 0, progress: "q1", roundOpen: false, targetSlot: null, continuable: true, complete: true, rounds: 1 };
+  await oldDatabase(factory, "v2", 2, (tx) => {
+    tx.objectStore("collections").put({ key: "k1", state: k1 });
+    tx.objectStore("collections").put({ key: "k2", state: k2 });
+    const artifacts = tx.objectStore("artifacts");
+    artifacts.put(rowV2("k1", 1, a));
+    artifacts.put({ key: "k1", slot: 1, d: uuidOf(2), eventId: b.id, channel: CHANNELS[2], createdAt: b.created_at, event: b });
+    artifacts.put(rowV2("k1", 0, c));
+    artifacts.put(rowV2("k2", 0, e));
+    tx.objectStore("outbox").add({ key: "k1", event: a, queuedAt: 7 });
+    tx.objectStore("meta").put({ name: "channel-names", value: "{}" });
+  });
+  const store = await IndexedDbStore.open("v2", factory, IDBKeyRange);
+  assert.deepEqual(await store.state("k1"), k1);
+  assert.deepEqual(await store.state("k2"), k2);
+  const plain = (event) => JSON.parse(JSON.stringify(event));
+  const d = (rows) => rows.map((r) => r.d);
+  assert.deepEqual(d(await store.query("k1", {})), [uuidOf(2), uuidOf(1)], "newest first");
+  assert.deepEqual(d(await store.query("k1", { orderBy: "modified", limit: 1 })), [uuidOf(2)]);
+  assert.deepEqual(d(await store.query("k1", { channel: CHANNELS[1] })), [uuidOf(1)]);
+  assert.deepEqual(d(await store.query("k1", { type: "buzz.note" })), [uuidOf(1)]); // stamped: a created_at divisible by 3
+  assert.deepEqual(d(await store.query("k1", { titleContains: "task 2", orderBy: "title" })), [uuidOf(2)]);
+  assert.deepEqual(plain((await store.get("k1", uuidOf(1))).event), plain(a));
+  assert.deepEqual(plain((await store.get("k1", uuidOf(2))).event), plain(b));
+  assert.equal(await store.count("k1"), 2);
+  assert.deepEqual(d(await store.query("k2", {})), [uuidOf(5)]);
+  assert.deepEqual((await store.outboxList("k1")).map((o) => [o.event.id, o.queuedAt]), [[a.id, 7]]);
+  assert.equal(await store.getMeta("channel-names"), "{}");
+  // The staged round goes on in slot 0 and its last page makes it live.
+  const f = stamped(uuidOf(6), CHANNELS[0], "Task 6", 1_700_000_006);
+  const last = parsePage({ events: [f], removed: [], progress: "p4", more: false, reset: false }, true);
+  const applied = await store.applyPage("k1", { expectedVersion: 3, target: 0, clearTarget: false, page: last, continuable: true, swap: true });
+  assert.deepEqual([applied.changes.added, applied.changes.removed], [2, 2]);
+  assert.deepEqual(d(await store.query("k1", {})), [uuidOf(6), uuidOf(3)]);
+  assert.deepEqual(d(await store.query("k2", {})), [uuidOf(5)], "the other collection is untouched");
+  // A collection first written now gets a number of its own.
+  const g = stamped(uuidOf(7), CHANNELS[1], "Task 7", 1_700_000_007);
+  await store.open("k3");
+  await store.applyPage("k3", { expectedVersion: 0, target: 1, clearTarget: true, page: parsePage({ events: [g], removed: [], progress: "r1", more: false, reset: true }, true), continuable: true, swap: true });
+  assert.deepEqual(d(await store.query("k3", {})), [uuidOf(7)]);
+  assert.deepEqual(d(await store.query("k2", {})), [uuidOf(5)]);
+  await store.close();
+  const names = await new Promise((resolve, reject) => {
+    const req = factory.open("v2");
+    req.onsuccess = () => {
+      const found = [req.result.version, [...req.result.objectStoreNames].sort()];
+      req.result.close();
+      resolve(found);
+    };
+    req.onerror = () => reject(req.error);
+  });
+  assert.deepEqual(names, [3, ["collections", "meta", "outbox", "rows"]], "the old rows' store is gone");
+});
+
 test("a page is checked whole first: forged events, a d named twice, reset with removed_channels", () => {
   const e = head(uuidOf(9), CHANNELS[0], "x");
   assert.throws(() => parsePage({ events: [{ ...e, content: "forged" }], removed: [], progress: "p", more: false, reset: false }), (x) => x.code === "protocol");
