@@ -24,10 +24,12 @@ The oracle:
 - every collection converges: after a quiet catch-up round, each reader's collection equals a
   fresh full read with its key, and both equal the model's readable set for that key;
 - subscribers converge: a write made after the last check reaches every subscriber live;
-- no 5xx outside the windows the faults document: from a kill until the instance is back and
-  nginx's fail_timeout has passed, from PostgreSQL's stop (or the primary's crash) until 5 s
-  after it accepts again (after a promotion: until 5 s after its new synchronous standby streams,
-  which its commits wait for); a Redis failover documents none.
+- no 5xx to a request in flight only outside the windows the faults document (one sent just
+  before a fault, or answered after its window having waited out a timeout, was in flight
+  inside it): from a kill until the instance is back and nginx's fail_timeout has passed, from
+  PostgreSQL's stop (or the primary's crash) until 5 s after it accepts again (after a
+  promotion: until 5 s after its new synchronous standby streams, which its commits wait for);
+  a Redis failover documents none.
 
 A reader's collection may be left in the middle of a round by a fault (a page answered 503): its
 catch-up then finishes that round and runs one more (PROTOCOL.md section 5, "Resumed rounds"),
@@ -81,6 +83,7 @@ from tests.fleet.test_behind_nginx import (
     RELAY_ENV,
     CountingClient,
     Subscriber,
+    _said,
 )
 
 RELAYS = 3
@@ -95,18 +98,25 @@ SYNC_RETRY = RetryPolicy(base=0.2, cap=2.0, max_attempts=6, connect_attempts=3)
 
 
 class Answers(nginx_fleet.Answers):
-    """Every answer clients got through the proxy, and when each 5xx (or no answer) came."""
+    """Every answer clients got through the proxy, and for each 5xx (or no answer) when its
+    request went out, when the answer came and what it said. A 5xx is the fault's when its
+    request was in flight at any moment of the fault's window: sent just before the fault
+    began (a fast shutdown ends the statement it was running), or sent inside and answered
+    after the window's end (it waited out a pool's checkout timeout). A 5xx to a request sent
+    and answered outside every window is a divergence."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.server_errors_at: list[tuple[float, int]] = []
+        self.server_errors_at: list[tuple[float, float, int, str]] = []
         self.unauthorized_at: list[float] = []
 
-    def record(self, status: int) -> None:
-        super().record(status)
+    def record(self, status: int, said: str = "", *, sent_at: float | None = None) -> None:
+        super().record(status, said, sent_at=sent_at)
         if status >= 500 or status == 0:
+            answered_at = time.monotonic()
             with self.lock:
-                self.server_errors_at.append((time.monotonic(), status))
+                self.server_errors_at.append(
+                    (answered_at if sent_at is None else sent_at, answered_at, status, said))
         elif status == 401:
             with self.lock:
                 self.unauthorized_at.append(time.monotonic())
@@ -305,12 +315,13 @@ class CountingTransport(SniTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         request.url = request.url.copy_with(host="127.0.0.1")
+        sent_at = time.monotonic()
         try:
             response = super().handle_request(request)
-        except httpx.TransportError:
-            self.answers.record(0)
+        except httpx.TransportError as exc:
+            self.answers.record(0, repr(exc), sent_at=sent_at)
             raise
-        self.answers.record(response.status_code)
+        self.answers.record(response.status_code, _said(response), sent_at=sent_at)
         return response
 
 
@@ -412,6 +423,8 @@ class Schedule:
         self.subscribers = [Subscriber(public, self.answers, self.owner.secret, self.open)
                             for _ in range(subscribers)]
         self.windows: list[tuple[float, float]] = []
+        self.window_names: list[str] = []
+        self.started = time.monotonic()
         self.kill_windows: list[tuple[float, float]] = []
         self.stop = threading.Event()
         self.pause = threading.Event()
@@ -620,9 +633,21 @@ class Schedule:
             self.figures.divergences += 1
             self.figures.notes.append(f"seed {self.seed}: a subscriber never got the final write")
 
-    def outside_windows(self) -> list[tuple[float, int]]:
-        return [(at, status) for at, status in self.answers.server_errors_at
-                if not any(start <= at <= end for start, end in self.windows)]
+    def outside_windows(self) -> list[str]:
+        """Each 5xx outside every fault's window: when it came against the faults, and what it
+        said (so that a failure tells which window it followed and by how much)."""
+        return [f"{status} sent {self._placed(sent)}, answered {answered - sent:.1f} s later:"
+                f" {said!r}"
+                for sent, answered, status, said in self.answers.server_errors_at
+                if not any(sent <= end and start <= answered for start, end in self.windows)]
+
+    def _placed(self, at: float) -> str:
+        before = [(end, name) for (start, end), name in zip(self.windows, self.window_names,
+                                                            strict=True) if start <= at]
+        if not before:
+            return f"{at - self.started:.1f} s into the schedule, before any fault"
+        end, name = max(before)
+        return f"{at - end:.1f} s after {name}'s window"
 
     # --- the run ------------------------------------------------------------------------------
 
@@ -643,6 +668,7 @@ class Schedule:
                 skipped = len(self.fleet.skipped)
                 window = fault(self.rng)
                 self.windows.append(window)
+                self.window_names.append(fault.__name__)
                 if fault == self.fleet.kill_one:
                     self.kill_windows.append(window)
                 if len(self.fleet.skipped) == skipped:

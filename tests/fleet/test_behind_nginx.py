@@ -56,7 +56,9 @@ class Answers:
         self.lock = threading.Lock()
         self.statuses: Counter[int] = Counter()
 
-    def record(self, status: int) -> None:
+    def record(self, status: int, said: str = "", *, sent_at: float | None = None) -> None:
+        """`said`: what a 5xx's body or a transport error said; `sent_at`: when the request
+        went out (time.monotonic()). Both kept by the chaos run."""
         with self.lock:
             self.statuses[status] += 1
 
@@ -67,6 +69,14 @@ class Answers:
     @property
     def server_errors(self) -> int:
         return sum(count for status, count in self.statuses.items() if status >= 500)
+
+
+def _said(response: httpx.Response) -> str:
+    """A 5xx's body, for a report (empty for any other status)."""
+    if response.status_code < 500:
+        return ""
+    response.read()
+    return response.text[:200]
 
 
 class CountingClient(Client):
@@ -81,12 +91,13 @@ class CountingClient(Client):
 
     def post(self, path: str, payload: Any, *, authorization: str | None = None
              ) -> httpx.Response:
+        sent_at = time.monotonic()
         try:
             response = super().post(path, payload, authorization=authorization)
-        except httpx.TransportError:
-            self.answers.record(0)
+        except httpx.TransportError as exc:
+            self.answers.record(0, repr(exc), sent_at=sent_at)
             raise
-        self.answers.record(response.status_code)
+        self.answers.record(response.status_code, _said(response), sent_at=sent_at)
         return response
 
 
@@ -119,12 +130,15 @@ class Subscriber:
     def _session(self) -> None:
         deadline = time.monotonic() + 15
         while True:
+            sent_at = time.monotonic()
             try:
                 ws = self.public.websocket()
-                self.answers.record(101)
+                self.answers.record(101, sent_at=sent_at)
                 break
             except InvalidStatus as refused:  # counted (a 5xx fails the test), then retried
-                self.answers.record(refused.response.status_code)
+                self.answers.record(refused.response.status_code,
+                                    refused.response.body.decode(errors="replace")[:200],
+                                    sent_at=sent_at)
                 if time.monotonic() > deadline:
                     raise
             except (OSError, ConnectionClosed):
