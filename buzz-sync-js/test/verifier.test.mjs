@@ -10,7 +10,7 @@ import { test } from "node:test";
 import { finalizeEvent, generateSecretKey, verifyEvent as nobleVerify } from "nostr-tools/pure";
 
 import { SECP256K1_WASM } from "../dist/secp256k1-wasm.js";
-import { loadWasmVerifier } from "../dist/verifier.js";
+import { firstForged, loadWasmVerifier } from "../dist/verifier.js";
 import { random } from "./seeded.mjs";
 
 const P = "fffffffffffffffffffffffffffffffffffffffffffffffffffffffefffffc2f"; // the field's prime
@@ -78,4 +78,33 @@ test("libsecp256k1 in WebAssembly agrees with @noble/curves on valid and altered
   assert.ok(refused >= 800, `only ${refused} of 900 altered events were refused`);
   // After the large events grew its memory, the module still checks small ones.
   for (const event of valid.slice(0, 20)) assert.equal(verify(event), true);
+});
+
+test("a page checked as one batch reports the first event that fails on its own, and accepts a valid page", async () => {
+  const verify = await loadWasmVerifier();
+  const rand = random(3434);
+  const valid = events(120, rand);
+  assert.equal(firstForged(verify, valid), -1);
+  assert.equal(firstForged(verify, valid.slice(0, 2)), -1);
+  for (let round = 0; round < 60; round += 1) {
+    const page = valid.slice();
+    const at = Math.floor(rand() * page.length);
+    page[at] = altered(page[at], rand, valid);
+    let expected = nobleVerify({ ...page[at] }) ? -1 : at;
+    if (round % 3 === 0) {
+      // A second bad event after the first: the first is still the one reported.
+      const later = at + 1 + Math.floor(rand() * (page.length - at - 1));
+      if (later < page.length) {
+        page[later] = { ...page[later], sig: valid[(later + 1) % valid.length].sig };
+        if (expected === -1) expected = later;
+      }
+    }
+    assert.equal(firstForged(verify, page), expected, `round ${round}: altered event at ${at}`);
+  }
+  // Two valid signatures swapped between events of one key: each fails alone, and the batch
+  // (whose sum could not tell which signature goes with which event) refuses the page too.
+  const swapped = valid.slice();
+  swapped[0] = { ...valid[0], sig: valid[3].sig };
+  swapped[3] = { ...valid[3], sig: valid[0].sig };
+  assert.equal(firstForged(verify, swapped), 0);
 });
