@@ -3,17 +3,19 @@
  * key the app passes in, otherwise a key generated once and kept in the collection's storage
  * (with a warning: such a key is only as safe as the browser profile or file it lives in).
  *
- * Signing and verification are nostr-tools' (`finalizeEvent`, `verifyEvent`), built on the
- * audited @noble/curves; nothing here does elliptic-curve work by hand.
+ * A key's signatures are libsecp256k1's (the WebAssembly module that also checks served
+ * events, verifier.ts), falling back to nostr-tools' `finalizeEvent` (the audited
+ * @noble/curves) where WebAssembly is refused; nothing here does elliptic-curve work by hand.
  */
 
-import { finalizeEvent, generateSecretKey, getPublicKey } from "nostr-tools/pure";
+import { finalizeEvent, generateSecretKey, getEventHash, getPublicKey } from "nostr-tools/pure";
 import { bytesToHex, hexToBytes } from "nostr-tools/utils";
 import * as nip19 from "nostr-tools/nip19";
 
 import { BuzzError } from "./errors.js";
 import type { EventTemplate, NostrEvent } from "./types.js";
 import { isHex64 } from "./types.js";
+import { loadWasmSigner, type WasmSigner } from "./verifier.js";
 
 export interface Signer {
   getPublicKey(): Promise<string>;
@@ -30,9 +32,20 @@ export interface Nip07 {
 export function keySigner(secret: string | Uint8Array): Signer {
   const bytes = parseSecret(secret);
   const pubkey = getPublicKey(bytes);
+  // Every request carries a NIP-98 signature: @noble/curves took ~4.6 ms of CPU each here (and
+  // ~50 ms for its tables on the first), libsecp256k1 in WebAssembly ~0.05 ms
+  // (docs/performance.md). Loaded on first use; where WebAssembly is refused, noble signs.
+  let wasm: Promise<WasmSigner | null> | null = null;
   return {
     getPublicKey: async () => pubkey,
-    signEvent: async (template) => finalizeEvent(template, bytes) as NostrEvent,
+    signEvent: async (template) => {
+      wasm ??= loadWasmSigner(bytes).then((signer) => (signer.publicKey === pubkey ? signer : null), () => null);
+      const signer = await wasm;
+      if (signer === null) return finalizeEvent(template, bytes) as NostrEvent;
+      const unsigned = { kind: template.kind, created_at: template.created_at, tags: template.tags, content: template.content, pubkey };
+      const id = getEventHash(unsigned);
+      return { ...unsigned, id, sig: signer.sign(id) };
+    },
   };
 }
 

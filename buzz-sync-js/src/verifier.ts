@@ -42,14 +42,75 @@ interface Exports {
   buzz_buffer(size: number): number;
   buzz_verify_event(at: number, length: number): number;
   buzz_verify_batch(at: number, count: number, seed: number): number;
+  buzz_sign_init(seed: number): number;
+  buzz_keypair(at: number): number;
+  buzz_sign(at: number): number;
 }
 
-/** Compiles the module (its bytes are a chunk of their own in a bundle: imported on first use).
- * Rejects where WebAssembly is missing or refused (a CSP without 'wasm-unsafe-eval'). */
+let compiled: Promise<WebAssembly.Module> | null = null;
+
+/** An instance of the module (compiled once; its bytes are a chunk of their own in a bundle:
+ * imported on first use). Rejects where WebAssembly is missing or refused (a CSP without
+ * 'wasm-unsafe-eval'). */
+async function instantiate(): Promise<Exports> {
+  compiled ??= import("./secp256k1-wasm.js").then(({ SECP256K1_WASM }) => WebAssembly.compile(base64Bytes(SECP256K1_WASM)));
+  compiled.catch(() => { compiled = null; });
+  const instance = await WebAssembly.instantiate(await compiled, {});
+  return instance.exports as unknown as Exports;
+}
+
+/** A BIP-340 signer for one secret key: `sign(id)` is the signature (hex) of a 32-byte event id
+ * (hex). `aux` is BIP-340's auxiliary randomness, drawn fresh unless given (tests). */
+export interface WasmSigner {
+  publicKey: string;
+  sign(id: string, aux?: Uint8Array): string;
+}
+
+/** libsecp256k1's signing in the same module (its own instance); rejects as `loadWasmVerifier`
+ * does, or for a secret key that is not one. */
+export async function loadWasmSigner(secret: Uint8Array): Promise<WasmSigner> {
+  const wasm = await instantiate();
+  // One area: keypair (96) | message (32) | aux (32) | signature (64); the secret goes in first.
+  const at = wasm.buzz_buffer(256);
+  if (at === 0) throw new RangeError("the signer's memory is exhausted");
+  const area = (): Uint8Array => new Uint8Array(wasm.memory.buffer, at, 256);
+  crypto.getRandomValues(area().subarray(0, 32));
+  if (wasm.buzz_sign_init(at) !== 1) throw new Error("libsecp256k1 could not make a signing context");
+  area().set(secret, 0);
+  const made = wasm.buzz_keypair(at);
+  const keypair = area().slice(32, 128);
+  const publicKey = bytesToHex(area().subarray(128, 160));
+  area().fill(0);
+  if (made !== 1) throw new RangeError("not a valid secret key");
+  return {
+    publicKey,
+    sign(id: string, aux?: Uint8Array): string {
+      const bytes = area();
+      bytes.set(keypair, 0);
+      if (!hexInto(bytes, 96, id, 32)) throw new RangeError("an event id is 64 lowercase hex characters");
+      if (aux) bytes.set(aux, 128);
+      else crypto.getRandomValues(bytes.subarray(128, 160));
+      const ok = wasm.buzz_sign(at) === 1;
+      const signature = bytesToHex(area().subarray(160, 224));
+      area().fill(0, 0, 96);
+      if (!ok) throw new Error("libsecp256k1 could not sign");
+      return signature;
+    },
+  };
+}
+
+const HEX_DIGITS = "0123456789abcdef";
+
+function bytesToHex(bytes: Uint8Array): string {
+  let text = "";
+  for (const byte of bytes) text += HEX_DIGITS[byte >> 4] + HEX_DIGITS[byte & 15];
+  return text;
+}
+
+/** Compiles the module; rejects where WebAssembly is missing or refused (a CSP without
+ * 'wasm-unsafe-eval'). */
 export async function loadWasmVerifier(): Promise<EventVerifier> {
-  const { SECP256K1_WASM } = await import("./secp256k1-wasm.js");
-  const instance = await WebAssembly.instantiate(await WebAssembly.compile(base64Bytes(SECP256K1_WASM)), {});
-  const wasm = instance.exports as unknown as Exports;
+  const wasm = await instantiate();
   const encoder = new TextEncoder();
   let memory = new Uint8Array(wasm.memory.buffer);
   // The module's allocator may grow its memory (detaching the old view) in any call.

@@ -7,10 +7,12 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
-import { finalizeEvent, generateSecretKey, verifyEvent as nobleVerify } from "nostr-tools/pure";
+import { schnorr } from "@noble/curves/secp256k1.js";
+import { finalizeEvent, generateSecretKey, getPublicKey, verifyEvent as nobleVerify } from "nostr-tools/pure";
 
 import { SECP256K1_WASM } from "../dist/secp256k1-wasm.js";
-import { firstForged, loadWasmVerifier } from "../dist/verifier.js";
+import { keySigner } from "../dist/signer.js";
+import { firstForged, loadWasmSigner, loadWasmVerifier } from "../dist/verifier.js";
 import { random } from "./seeded.mjs";
 
 const P = "fffffffffffffffffffffffffffffffffffffffffffffffffffffffefffffc2f"; // the field's prime
@@ -107,4 +109,41 @@ test("a page checked as one batch reports the first event that fails on its own,
   swapped[0] = { ...valid[0], sig: valid[3].sig };
   swapped[3] = { ...valid[3], sig: valid[0].sig };
   assert.equal(firstForged(verify, swapped), 0);
+});
+
+test("libsecp256k1's signatures in WebAssembly are @noble/curves' for the same key, id and aux", async () => {
+  const rand = random(98);
+  for (let k = 0; k < 5; k += 1) {
+    const secret = generateSecretKey();
+    const signer = await loadWasmSigner(secret);
+    assert.equal(signer.publicKey, getPublicKey(secret));
+    for (let i = 0; i < 20; i += 1) {
+      const id = createHash("sha256").update(String(rand())).digest();
+      const aux = createHash("sha256").update(String(rand())).digest();
+      const sig = signer.sign(id.toString("hex"), new Uint8Array(aux));
+      assert.equal(sig, Buffer.from(schnorr.sign(id, secret, aux)).toString("hex"));
+      // Fresh auxiliary randomness: another valid signature of the same id.
+      const fresh = signer.sign(id.toString("hex"));
+      assert.notEqual(fresh, sig);
+      assert.ok(schnorr.verify(Buffer.from(fresh, "hex"), id, Buffer.from(signer.publicKey, "hex")));
+    }
+  }
+  await assert.rejects(loadWasmSigner(new Uint8Array(32)), /not a valid secret key/);
+  await assert.rejects(loadWasmSigner(Buffer.from(N, "hex")), /not a valid secret key/);
+  const signer = await loadWasmSigner(generateSecretKey());
+  assert.throws(() => signer.sign("ab"), /64 lowercase hex/);
+});
+
+test("a key signer's events (libsecp256k1 in WebAssembly) verify with @noble/curves", async () => {
+  const secret = generateSecretKey();
+  const signer = keySigner(secret);
+  const template = { kind: 27235, created_at: 1_700_000_000, tags: [["u", "http://x/"], ["method", "GET"]], content: "tâche \u{1F41D}" };
+  const event = await signer.signEvent(template);
+  assert.equal(event.pubkey, getPublicKey(secret));
+  assert.deepEqual({ kind: event.kind, created_at: event.created_at, tags: event.tags, content: event.content }, template);
+  assert.equal(nobleVerify({ ...event }), true);
+  const again = await signer.signEvent(template);
+  assert.equal(again.id, event.id);
+  assert.notEqual(again.sig, event.sig); // fresh auxiliary randomness each time
+  assert.equal(nobleVerify({ ...again }), true);
 });

@@ -13,10 +13,10 @@
 # (its 32-bit platforms' code, whose 32x32->64 products WebAssembly does in one instruction):
 # measured 53-57 us per event against 175-220 us for the same source with the 5x52 field
 # (and nostr-wasm's 210-240 us), docs/performance.md. ECMULT_WINDOW_SIZE 8 instead of the
-# default 15: 4% slower, 58 KB instead of 1.1 MB of tables. Only verification is compiled in
-# (no signing, no secret keys: the context is the library's static one). verify.c also has a
-# BIP-340 batch check of a page's signatures (built from the library's own multi-scalar
-# multiplication, which the 0.7.1 API does not expose): 84 KB with it.
+# default 15: 4% slower, 58 KB instead of 1.1 MB of tables. verify.c also has a BIP-340 batch
+# check of a page's signatures (built from the library's own multi-scalar multiplication, which
+# the 0.7.1 API does not expose) and signing (the library's schnorrsig_sign32 on a context of its
+# own, for NIP-98 headers and published events): 133 KB with both.
 set -euo pipefail
 src="$(cd "$1" && pwd)"
 here="$(cd "$(dirname "$0")" && pwd)"
