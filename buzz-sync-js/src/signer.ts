@@ -31,23 +31,28 @@ export interface Nip07 {
 /** A signer from a secret key: 64 hex characters, `nsec1...`, or 32 bytes. */
 export function keySigner(secret: string | Uint8Array): Signer {
   const bytes = parseSecret(secret);
-  const pubkey = getPublicKey(bytes);
-  // Every request carries a NIP-98 signature: @noble/curves took ~4.6 ms of CPU each here (and
-  // ~50 ms for its tables on the first), libsecp256k1 in WebAssembly ~0.05 ms
-  // (docs/performance.md). Loaded on first use; where WebAssembly is refused, noble signs.
+  const scalar = BigInt("0x" + bytesToHex(bytes));
+  if (scalar === 0n || scalar >= CURVE_ORDER) throw new BuzzError("bad_input", "a secret key must be below the curve's order and not zero");
+  // Every request carries a NIP-98 signature: @noble/curves took ~4.6 ms of CPU each here, and
+  // ~50 ms for its tables on first use (the public key included), libsecp256k1 in WebAssembly
+  // ~0.3 ms (docs/performance.md). Loaded on first use; where WebAssembly is refused, noble signs.
   let wasm: Promise<WasmSigner | null> | null = null;
+  const loaded = (): Promise<WasmSigner | null> => (wasm ??= loadWasmSigner(bytes).catch(() => null));
+  let pubkey: string | undefined;
   return {
-    getPublicKey: async () => pubkey,
+    getPublicKey: async () => (pubkey ??= (await loaded())?.publicKey ?? getPublicKey(bytes)),
     signEvent: async (template) => {
-      wasm ??= loadWasmSigner(bytes).then((signer) => (signer.publicKey === pubkey ? signer : null), () => null);
-      const signer = await wasm;
+      const signer = await loaded();
       if (signer === null) return finalizeEvent(template, bytes) as NostrEvent;
-      const unsigned = { kind: template.kind, created_at: template.created_at, tags: template.tags, content: template.content, pubkey };
+      const unsigned = { kind: template.kind, created_at: template.created_at, tags: template.tags, content: template.content, pubkey: signer.publicKey };
       const id = getEventHash(unsigned);
       return { ...unsigned, id, sig: signer.sign(id) };
     },
   };
 }
+
+/** The order of secp256k1's group: a secret key is an integer in [1, n - 1]. */
+const CURVE_ORDER = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n;
 
 export function parseSecret(secret: string | Uint8Array): Uint8Array {
   if (secret instanceof Uint8Array) {

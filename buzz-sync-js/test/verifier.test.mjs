@@ -146,4 +146,7 @@ test("a key signer's events (libsecp256k1 in WebAssembly) verify with @noble/cur
   assert.equal(again.id, event.id);
   assert.notEqual(again.sig, event.sig); // fresh auxiliary randomness each time
   assert.equal(nobleVerify({ ...again }), true);
+  assert.equal(await signer.getPublicKey(), getPublicKey(secret));
+  assert.throws(() => keySigner("0".repeat(64)), /below the curve's order/);
+  assert.throws(() => keySigner(N), /below the curve's order/);
 });
