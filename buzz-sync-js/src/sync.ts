@@ -12,7 +12,7 @@
 
 import { BuzzError } from "./errors.js";
 import { forged, type Page, pageItems, parsePage, servedEvents, useWasmVerifier, verifyEvents } from "./page.js";
-import type { RelayHttp, RelayInfo } from "./relay.js";
+import { answerText, type RelayHttp, type RelayInfo } from "./relay.js";
 import type { AppliedPage, CollectionState, LiveChanges, Store } from "./store.js";
 import { isUuid } from "./types.js";
 import { VerifierWorker, type VerifyWorkerLike } from "./verify-pool.js";
@@ -221,7 +221,8 @@ export class Syncer {
         let checked: Promise<number | null> | null = null;
         try {
           page = parsePage(body, this.verify && checker === null);
-          if (this.verify && checker !== null) checked = checker.check(servedEvents(body));
+          // The page's text when we have it: one string to copy, not every event object.
+          if (this.verify && checker !== null) checked = checker.check(answerText(body) ?? servedEvents(body));
         } catch (error) {
           await settle();
           throw error;
