@@ -210,16 +210,16 @@ def main() -> None:
           "fairer figure on a shared machine.")
 
     for n in args.n:
-        found = [(n / py["seconds"], n / js["seconds"], py["cpu_seconds"], js["cpu_seconds"])
+        rounds = [(n / py["seconds"], n / js["seconds"], py["cpu_seconds"], js["cpu_seconds"])
                  for m, py, js in sqlite_pairs if m == n]
-        if found:
-            print(f"\nbuzz-sync -> buzz-sync-js, N={n:,}, {len(found)} alternated pairs "
+        if rounds:
+            print(f"\nbuzz-sync -> buzz-sync-js, N={n:,}, {len(rounds)} alternated pairs "
                   "(artifacts/s, CPU s): "
                   + "; ".join(f"{p:,.0f} ({pc:.2f}) -> {j:,.0f} ({jc:.2f})"
-                              for p, j, pc, jc in found)
-                  + f"; median ratio {statistics.median(j / p for p, j, _, _ in found):.2f} "
+                              for p, j, pc, jc in rounds)
+                  + f"; median ratio {statistics.median(j / p for p, j, _, _ in rounds):.2f} "
                   f"(target >= 1), median CPU ratio "
-                  f"{statistics.median(pc / jc for _, _, pc, jc in found):.2f} (buzz-sync's over "
+                  f"{statistics.median(pc / jc for _, _, pc, jc in rounds):.2f} (buzz-sync's over "
                   "buzz-sync-js's)")
     for n in args.n if bases else []:
         pairs = [(n / b["seconds"], n / a["seconds"], b["cpu_seconds"], a["cpu_seconds"])
