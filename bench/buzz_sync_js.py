@@ -126,6 +126,9 @@ def main() -> None:
     parser.add_argument("--base", type=Path, help="A/B: another checkout's buzz-sync-js (built), "
                         "e.g. a `git worktree` of the previous main, timed in the same run")
     parser.add_argument("--pairs", type=int, default=3, help="A/B pairs of Node rounds")
+    parser.add_argument("--sqlite-pairs", type=int, default=3,
+                        help="alternated pairs of buzz-sync's round then buzz-sync-js's (verified, "
+                        "Node's default) on the same relay: the target's ratio as a median")
     parser.add_argument("--browser-pairs", type=int, default=1,
                         help="with --browser and --base: alternated pairs of the page's first "
                         "sync (base's page, then this checkout's, on the same relay and data)")
@@ -142,6 +145,7 @@ def main() -> None:
     browsers: list[tuple[int, dict[str, Any]]] = []
     bases: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
     threads: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+    sqlite_pairs: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
     for n in args.n:
         started = time.perf_counter()
         url = prepare_database(args.database_url, args.bench_database)
@@ -158,6 +162,11 @@ def main() -> None:
             # Signatures checked on the round's thread, not in the worker thread beside the
             # SQLite writes (nodeVerifyWorker) that a Node client uses by default.
             node_one = node_round(relay, reader, verify=True, one_thread=True)
+            # The target's ratio from alternated pairs (one pair moves by up to 2x on a shared
+            # machine): buzz-sync, then buzz-sync-js.
+            for _ in range(args.sqlite_pairs):
+                sqlite_pairs.append((n, full_round(relay, reader, verify=True),
+                                     node_round(relay, reader, verify=True)))
             if args.base:
                 # Alternated pairs, the previous checkout first in each: rates per pair.
                 for _ in range(args.pairs):
@@ -200,6 +209,18 @@ def main() -> None:
           "each client process's own CPU time in the round (the better of buzz-sync's two), the "
           "fairer figure on a shared machine.")
 
+    for n in args.n:
+        rounds = [(n / py["seconds"], n / js["seconds"], py["cpu_seconds"], js["cpu_seconds"])
+                 for m, py, js in sqlite_pairs if m == n]
+        if rounds:
+            print(f"\nbuzz-sync -> buzz-sync-js, N={n:,}, {len(rounds)} alternated pairs "
+                  "(artifacts/s, CPU s): "
+                  + "; ".join(f"{p:,.0f} ({pc:.2f}) -> {j:,.0f} ({jc:.2f})"
+                              for p, j, pc, jc in rounds)
+                  + f"; median ratio {statistics.median(j / p for p, j, _, _ in rounds):.2f} "
+                  f"(target >= 1), median CPU ratio "
+                  f"{statistics.median(pc / jc for _, _, pc, jc in rounds):.2f} (buzz-sync's over "
+                  "buzz-sync-js's)")
     for n in args.n if bases else []:
         pairs = [(n / b["seconds"], n / a["seconds"], b["cpu_seconds"], a["cpu_seconds"])
                  for m, b, a in bases if m == n]

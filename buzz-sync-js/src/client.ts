@@ -58,8 +58,9 @@ export interface BuzzClientOptions {
 }
 
 /** In Node, `nodeVerifyWorker`: page N+1's signatures checked in a worker thread while page N
- * is written to SQLite (a first sync's rate, median of 15 alternated pairs on two CPUs shared
- * with the relay: 1.05x; a second free core is where it pays, docs/performance.md); elsewhere
+ * is written to SQLite (a first sync's rate, median of alternated pairs on two CPUs shared
+ * with the relay: 1.05x over 15, 1.11x over 11 with the batch check; a second free core is
+ * where it pays, docs/performance.md); elsewhere
  * nothing. Its module imports node:worker_threads, so its name is kept from bundlers: a
  * browser build never includes it, and never gets here. */
 async function nodeVerifyWorkerHere(): Promise<(() => VerifyWorkerLike) | undefined> {

@@ -9,7 +9,7 @@ import { verifyEvent as nobleVerify } from "nostr-tools/pure";
 import { BuzzError } from "./errors.js";
 import type { ArtifactRow, NostrEvent } from "./types.js";
 import { KIND_ARTIFACT, KIND_REMOVAL_MARKER, first, isHex64, isUuid, rowOf } from "./types.js";
-import { loadWasmVerifier } from "./verifier.js";
+import { type EventVerifier, firstForged, loadWasmVerifier } from "./verifier.js";
 
 export interface Page {
   /** Head events (45010) as rows, and any removal markers (45011). */
@@ -30,7 +30,7 @@ export const pageItems = (page: Page): number => page.events.length + page.marke
  * succeeded, with libsecp256k1 compiled to WebAssembly by verifier/build.sh (~55 us: the
  * library bitcoin-core ships and buzz-sync calls natively, so the same checks). WebAssembly
  * needs a CSP that allows 'wasm-unsafe-eval'; without it noble stays. */
-let verifyEvent: (event: NostrEvent) => boolean = (event) => nobleVerify({ ...event });
+let verifyEvent: EventVerifier = (event) => nobleVerify({ ...event });
 let wasmTried: Promise<boolean> | null = null;
 
 export function useWasmVerifier(): Promise<boolean> {
@@ -78,9 +78,11 @@ export const forged = (event: NostrEvent): BuzzError =>
 /** The served events of a page `parsePage(body, false)` accepted (their shape is checked). */
 export const servedEvents = (body: unknown): NostrEvent[] => (body as { events: NostrEvent[] }).events;
 
-/** Checks ids and signatures on this thread (what a page's worker could not). */
+/** Checks ids and signatures on this thread (what a page's worker could not), all at once
+ * where the verifier can (the WebAssembly one's batch); the error names the first that fails. */
 export function verifyEvents(events: readonly NostrEvent[]): void {
-  for (const event of events) if (!verifyEvent(event)) throw forged(event);
+  const bad = firstForged(verifyEvent, events);
+  if (bad >= 0) throw forged(events[bad]);
 }
 
 export function parsePage(body: unknown, verify = true): Page {
@@ -95,8 +97,11 @@ export function parsePage(body: unknown, verify = true): Page {
   const heads: ArtifactRow[] = [];
   const markers: Page["markers"] = [];
   const named: string[] = [];
-  for (const value of events) {
-    const event = parseArtifactEvent(value, verify);
+  // Every event's shape first, then their ids and signatures as one batch (as buzz-sync's
+  // parse_page does): a malformed event is reported before a forged one.
+  const served = events.map((value) => parseArtifactEvent(value, false));
+  if (verify) verifyEvents(served);
+  for (const event of served) {
     const row = rowOf(event);
     named.push(row.d);
     if (event.kind === KIND_REMOVAL_MARKER) markers.push({ d: row.d, prev: first(event.tags, "prev") });

@@ -3,17 +3,19 @@
  * key the app passes in, otherwise a key generated once and kept in the collection's storage
  * (with a warning: such a key is only as safe as the browser profile or file it lives in).
  *
- * Signing and verification are nostr-tools' (`finalizeEvent`, `verifyEvent`), built on the
- * audited @noble/curves; nothing here does elliptic-curve work by hand.
+ * A key's signatures are libsecp256k1's (the WebAssembly module that also checks served
+ * events, verifier.ts), falling back to nostr-tools' `finalizeEvent` (the audited
+ * @noble/curves) where WebAssembly is refused; nothing here does elliptic-curve work by hand.
  */
 
-import { finalizeEvent, generateSecretKey, getPublicKey } from "nostr-tools/pure";
+import { finalizeEvent, generateSecretKey, getEventHash, getPublicKey } from "nostr-tools/pure";
 import { bytesToHex, hexToBytes } from "nostr-tools/utils";
 import * as nip19 from "nostr-tools/nip19";
 
 import { BuzzError } from "./errors.js";
 import type { EventTemplate, NostrEvent } from "./types.js";
 import { isHex64 } from "./types.js";
+import { loadWasmSigner, type WasmSigner } from "./verifier.js";
 
 export interface Signer {
   getPublicKey(): Promise<string>;
@@ -29,12 +31,28 @@ export interface Nip07 {
 /** A signer from a secret key: 64 hex characters, `nsec1...`, or 32 bytes. */
 export function keySigner(secret: string | Uint8Array): Signer {
   const bytes = parseSecret(secret);
-  const pubkey = getPublicKey(bytes);
+  const scalar = BigInt("0x" + bytesToHex(bytes));
+  if (scalar === 0n || scalar >= CURVE_ORDER) throw new BuzzError("bad_input", "a secret key must be below the curve's order and not zero");
+  // Every request carries a NIP-98 signature: @noble/curves took ~4.6 ms of CPU each here, and
+  // ~50 ms for its tables on first use (the public key included), libsecp256k1 in WebAssembly
+  // ~0.3 ms (docs/performance.md). Loaded on first use; where WebAssembly is refused, noble signs.
+  let wasm: Promise<WasmSigner | null> | null = null;
+  const loaded = (): Promise<WasmSigner | null> => (wasm ??= loadWasmSigner(bytes).catch(() => null));
+  let pubkey: string | undefined;
   return {
-    getPublicKey: async () => pubkey,
-    signEvent: async (template) => finalizeEvent(template, bytes) as NostrEvent,
+    getPublicKey: async () => (pubkey ??= (await loaded())?.publicKey ?? getPublicKey(bytes)),
+    signEvent: async (template) => {
+      const signer = await loaded();
+      if (signer === null) return finalizeEvent(template, bytes) as NostrEvent;
+      const unsigned = { kind: template.kind, created_at: template.created_at, tags: template.tags, content: template.content, pubkey: signer.publicKey };
+      const id = getEventHash(unsigned);
+      return { ...unsigned, id, sig: signer.sign(id) };
+    },
   };
 }
+
+/** The order of secp256k1's group: a secret key is an integer in [1, n - 1]. */
+const CURVE_ORDER = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n;
 
 export function parseSecret(secret: string | Uint8Array): Uint8Array {
   if (secret instanceof Uint8Array) {

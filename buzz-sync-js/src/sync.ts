@@ -12,7 +12,7 @@
 
 import { BuzzError } from "./errors.js";
 import { forged, type Page, pageItems, parsePage, servedEvents, useWasmVerifier, verifyEvents } from "./page.js";
-import type { RelayHttp, RelayInfo } from "./relay.js";
+import { answerText, type RelayHttp, type RelayInfo } from "./relay.js";
 import type { AppliedPage, CollectionState, LiveChanges, Store } from "./store.js";
 import { isUuid } from "./types.js";
 import { VerifierWorker, type VerifyWorkerLike } from "./verify-pool.js";
@@ -130,8 +130,9 @@ export class Syncer {
   /** Fetches and applies pages until the relay says `more: false`. `maxPages` stops early
    * (the round stays open and the next call resumes it). */
   async runRound(options: { info?: RelayInfo; onPage?: (progress: PageProgress) => void; maxPages?: number } = {}): Promise<RoundSummary> {
-    const info = options.info ?? (await this.relayInfo());
-    if (this.verify && this.wasmVerifier) await useWasmVerifier();
+    // The verifier (and the worker, which loads its own) start before NIP-11 is asked for: they
+    // get ready while the relay answers.
+    const verifierReady = this.verify && this.wasmVerifier ? useWasmVerifier() : null;
     if (this.checker === undefined) {
       try {
         this.checker = this.verify && this.wasmVerifier && this.verifyWorker ? new VerifierWorker(this.verifyWorker()) : null;
@@ -140,6 +141,8 @@ export class Syncer {
       }
     }
     const checker = this.checker;
+    const info = options.info ?? (await this.relayInfo());
+    await verifierReady;
     const started = performance.now();
     const waitedBefore = this.http.stats.waited;
     const state = await this.store.state(this.key);
@@ -221,7 +224,8 @@ export class Syncer {
         let checked: Promise<number | null> | null = null;
         try {
           page = parsePage(body, this.verify && checker === null);
-          if (this.verify && checker !== null) checked = checker.check(servedEvents(body));
+          // The page's text when we have it: one string to copy, not every event object.
+          if (this.verify && checker !== null) checked = checker.check(answerText(body) ?? servedEvents(body));
         } catch (error) {
           await settle();
           throw error;

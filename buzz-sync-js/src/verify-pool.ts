@@ -10,6 +10,17 @@ import type { NostrEvent } from "./types.js";
 
 type Answer = { id: number; bad: number } | { id: number; error: string };
 
+/** What a worker is asked: one page's events, or the page's JSON text (its `events`). */
+export type VerifyRequest = { id: number; events: NostrEvent[] } | { id: number; text: string };
+
+/** The events a request names (a worker's side); throws for text that is not a page. */
+export function requestedEvents(request: VerifyRequest): NostrEvent[] {
+  if ("events" in request) return request.events;
+  const events = (JSON.parse(request.text) as { events?: unknown }).events;
+  if (!Array.isArray(events)) throw new Error("the page text has no events");
+  return events as NostrEvent[];
+}
+
 /** What `VerifierWorker` needs of a worker: a browser `Worker` has it, and so has
  * `nodeVerifyWorker()`'s wrapper of a Node worker thread (node-verify.ts). */
 export interface VerifyWorkerLike {
@@ -36,13 +47,15 @@ export class VerifierWorker {
   }
 
   /** The index of the first event whose id or signature does not hold, -1 if all hold, or
-   * `null` when the worker could not check (the caller then checks them itself). */
-  check(events: readonly NostrEvent[]): Promise<number | null> {
+   * `null` when the worker could not check (the caller then checks them itself). `page`: the
+   * events, or the page's JSON text, whose `events` the worker parses itself (the same text
+   * parses to the same events, in the same order). */
+  check(page: readonly NostrEvent[] | string): Promise<number | null> {
     if (this.broken) return Promise.resolve(null);
     const id = this.nextId++;
     return new Promise((resolve) => {
       this.waiting.set(id, { resolve });
-      this.worker.postMessage({ id, events });
+      this.worker.postMessage(typeof page === "string" ? { id, text: page } : { id, events: page });
     });
   }
 

@@ -7,16 +7,15 @@
 
 import { parentPort } from "node:worker_threads";
 
-import type { NostrEvent } from "./types.js";
 import { firstForged, loadWasmVerifier } from "./verifier.js";
+import { requestedEvents, type VerifyRequest } from "./verify-pool.js";
 
 const port = parentPort;
 if (port === null) throw new Error("verify-thread.js runs as a worker thread (see nodeVerifyWorker)");
 const ready = loadWasmVerifier();
 
-port.on("message", ({ id, events }: { id: number; events: NostrEvent[] }) => {
+port.on("message", (request: VerifyRequest) => {
   ready.then(
-    (verify) => port.postMessage({ id, bad: firstForged(verify, events) }),
-    (error: unknown) => port.postMessage({ id, error: String(error) }),
-  );
+    (verify) => port.postMessage({ id: request.id, bad: firstForged(verify, requestedEvents(request)) }),
+  ).catch((error: unknown) => port.postMessage({ id: request.id, error: String(error) }));
 });

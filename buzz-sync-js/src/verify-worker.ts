@@ -6,20 +6,19 @@
  * for the same in a Node worker thread.
  */
 
-import type { NostrEvent } from "./types.js";
 import { firstForged, loadWasmVerifier } from "./verifier.js";
+import { requestedEvents, type VerifyRequest } from "./verify-pool.js";
 
 interface WorkerScope {
-  onmessage: ((message: MessageEvent<{ id: number; events: NostrEvent[] }>) => void) | null;
+  onmessage: ((message: MessageEvent<VerifyRequest>) => void) | null;
   postMessage(message: unknown): void;
 }
 
 const scope = globalThis as unknown as WorkerScope;
 const ready = loadWasmVerifier();
 
-scope.onmessage = ({ data: { id, events } }) => {
+scope.onmessage = ({ data: request }) => {
   ready.then(
-    (verify) => scope.postMessage({ id, bad: firstForged(verify, events) }),
-    (error: unknown) => scope.postMessage({ id, error: String(error) }),
-  );
+    (verify) => scope.postMessage({ id: request.id, bad: firstForged(verify, requestedEvents(request)) }),
+  ).catch((error: unknown) => scope.postMessage({ id: request.id, error: String(error) }));
 };

@@ -12,6 +12,7 @@ import { random } from "./seeded.mjs";
 import { SqliteStore } from "../dist/sqlite.js";
 import { nodeVerifyWorker } from "../dist/node-verify.js";
 import { emptyState } from "../dist/store.js";
+import { requestedEvents } from "../dist/verify-pool.js";
 import { finalizeEvent } from "nostr-tools/pure";
 import { hexToBytes } from "nostr-tools/utils";
 
@@ -547,6 +548,34 @@ for (const [name, makeWorker, answers] of [
     }
   });
 }
+
+test("a page's verify worker is sent the page's text, which parses to the events applied", async () => {
+  const events = Array.from({ length: 3 }, (_, i) => JSON.parse(JSON.stringify(head(uuidOf(200 + i), CHANNELS[i % 3], `t${i}`))));
+  const body = { events, removed: [], progress: "p1", more: false, reset: false };
+  const http = new RelayHttp(RelayAddress.parse("http://relay.test"), keySigner(SECRET), {
+    fetch: async (url, init) => (init.method === "GET" ? json(200, INFO) : json(200, body)),
+  });
+  const store = new MemoryStore();
+  await store.open("k");
+  const asked = [];
+  const worker = {
+    onmessage: null,
+    onerror: null,
+    postMessage(message) {
+      asked.push(message);
+      setTimeout(() => this.onmessage({ data: { id: message.id, bad: -1 } }), 1);
+    },
+    terminate() {},
+  };
+  await new Syncer({ http, store, key: "k", verifyWorker: () => worker }).runRound();
+  assert.equal(asked.length, 1);
+  assert.equal(asked[0].events, undefined);
+  assert.deepEqual(JSON.parse(asked[0].text).events, events);
+  assert.equal(await store.count("k"), 3);
+  // A worker given text that is not a page answers with an error (the caller then checks).
+  assert.throws(() => requestedEvents({ id: 1, text: "{}" }), /no events/);
+  assert.deepEqual(requestedEvents({ id: 1, text: JSON.stringify(body) }), events);
+});
 
 test("a Node verify thread holds the process open while it checks a page, and not after", () => {
   // Awaiting an answer with nothing else pending: the process must wait for it (else Node ends

@@ -7,10 +7,12 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
-import { finalizeEvent, generateSecretKey, verifyEvent as nobleVerify } from "nostr-tools/pure";
+import { schnorr } from "@noble/curves/secp256k1.js";
+import { finalizeEvent, generateSecretKey, getPublicKey, verifyEvent as nobleVerify } from "nostr-tools/pure";
 
 import { SECP256K1_WASM } from "../dist/secp256k1-wasm.js";
-import { loadWasmVerifier } from "../dist/verifier.js";
+import { keySigner } from "../dist/signer.js";
+import { firstForged, loadWasmSigner, loadWasmVerifier } from "../dist/verifier.js";
 import { random } from "./seeded.mjs";
 
 const P = "fffffffffffffffffffffffffffffffffffffffffffffffffffffffefffffc2f"; // the field's prime
@@ -78,4 +80,73 @@ test("libsecp256k1 in WebAssembly agrees with @noble/curves on valid and altered
   assert.ok(refused >= 800, `only ${refused} of 900 altered events were refused`);
   // After the large events grew its memory, the module still checks small ones.
   for (const event of valid.slice(0, 20)) assert.equal(verify(event), true);
+});
+
+test("a page checked as one batch reports the first event that fails on its own, and accepts a valid page", async () => {
+  const verify = await loadWasmVerifier();
+  const rand = random(3434);
+  const valid = events(120, rand);
+  assert.equal(firstForged(verify, valid), -1);
+  assert.equal(firstForged(verify, valid.slice(0, 2)), -1);
+  for (let round = 0; round < 60; round += 1) {
+    const page = valid.slice();
+    const at = Math.floor(rand() * page.length);
+    page[at] = altered(page[at], rand, valid);
+    let expected = nobleVerify({ ...page[at] }) ? -1 : at;
+    if (round % 3 === 0) {
+      // A second bad event after the first: the first is still the one reported.
+      const later = at + 1 + Math.floor(rand() * (page.length - at - 1));
+      if (later < page.length) {
+        page[later] = { ...page[later], sig: valid[(later + 1) % valid.length].sig };
+        if (expected === -1) expected = later;
+      }
+    }
+    assert.equal(firstForged(verify, page), expected, `round ${round}: altered event at ${at}`);
+  }
+  // Two valid signatures swapped between events of one key: each fails alone, and the batch
+  // (whose sum could not tell which signature goes with which event) refuses the page too.
+  const swapped = valid.slice();
+  swapped[0] = { ...valid[0], sig: valid[3].sig };
+  swapped[3] = { ...valid[3], sig: valid[0].sig };
+  assert.equal(firstForged(verify, swapped), 0);
+});
+
+test("libsecp256k1's signatures in WebAssembly are @noble/curves' for the same key, id and aux", async () => {
+  const rand = random(98);
+  for (let k = 0; k < 5; k += 1) {
+    const secret = generateSecretKey();
+    const signer = await loadWasmSigner(secret);
+    assert.equal(signer.publicKey, getPublicKey(secret));
+    for (let i = 0; i < 20; i += 1) {
+      const id = createHash("sha256").update(String(rand())).digest();
+      const aux = createHash("sha256").update(String(rand())).digest();
+      const sig = signer.sign(id.toString("hex"), new Uint8Array(aux));
+      assert.equal(sig, Buffer.from(schnorr.sign(id, secret, aux)).toString("hex"));
+      // Fresh auxiliary randomness: another valid signature of the same id.
+      const fresh = signer.sign(id.toString("hex"));
+      assert.notEqual(fresh, sig);
+      assert.ok(schnorr.verify(Buffer.from(fresh, "hex"), id, Buffer.from(signer.publicKey, "hex")));
+    }
+  }
+  await assert.rejects(loadWasmSigner(new Uint8Array(32)), /not a valid secret key/);
+  await assert.rejects(loadWasmSigner(Buffer.from(N, "hex")), /not a valid secret key/);
+  const signer = await loadWasmSigner(generateSecretKey());
+  assert.throws(() => signer.sign("ab"), /64 lowercase hex/);
+});
+
+test("a key signer's events (libsecp256k1 in WebAssembly) verify with @noble/curves", async () => {
+  const secret = generateSecretKey();
+  const signer = keySigner(secret);
+  const template = { kind: 27235, created_at: 1_700_000_000, tags: [["u", "http://x/"], ["method", "GET"]], content: "tâche \u{1F41D}" };
+  const event = await signer.signEvent(template);
+  assert.equal(event.pubkey, getPublicKey(secret));
+  assert.deepEqual({ kind: event.kind, created_at: event.created_at, tags: event.tags, content: event.content }, template);
+  assert.equal(nobleVerify({ ...event }), true);
+  const again = await signer.signEvent(template);
+  assert.equal(again.id, event.id);
+  assert.notEqual(again.sig, event.sig); // fresh auxiliary randomness each time
+  assert.equal(nobleVerify({ ...again }), true);
+  assert.equal(await signer.getPublicKey(), getPublicKey(secret));
+  assert.throws(() => keySigner("0".repeat(64)), /below the curve's order/);
+  assert.throws(() => keySigner(N), /below the curve's order/);
 });

@@ -13,8 +13,10 @@
 # (its 32-bit platforms' code, whose 32x32->64 products WebAssembly does in one instruction):
 # measured 53-57 us per event against 175-220 us for the same source with the 5x52 field
 # (and nostr-wasm's 210-240 us), docs/performance.md. ECMULT_WINDOW_SIZE 8 instead of the
-# default 15: 4% slower, 58 KB instead of 1.1 MB of tables. Only verification is compiled in
-# (no signing, no secret keys: the context is the library's static one).
+# default 15: 4% slower, 58 KB instead of 1.1 MB of tables. verify.c also has a BIP-340 batch
+# check of a page's signatures (built from the library's own multi-scalar multiplication, which
+# the 0.7.1 API does not expose) and signing (the library's schnorrsig_sign32 on a context of its
+# own, for NIP-98 headers and published events): 133 KB with both.
 set -euo pipefail
 src="$(cd "$1" && pwd)"
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -24,11 +26,12 @@ defines=(
   -DUSE_FORCE_WIDEMUL_INT64=1 -DECMULT_WINDOW_SIZE=8 -DCOMB_BLOCKS=11 -DCOMB_TEETH=6
   -DUSE_EXTERNAL_DEFAULT_CALLBACKS=1
 )
-# -nodefaultlibs -lc: memcpy/memset from wasi-libc, nothing else (the module imports nothing).
+# -nodefaultlibs -lc: memcpy/memset and malloc/free (the batch's arrays, buzz_buffer) from
+# wasi-libc, nothing else (the module imports nothing).
 clang --target=wasm32-wasi --sysroot=/usr -isystem /usr/include/wasm32-wasi -O3 \
   -I"$src/src" -I"$src" "${defines[@]}" \
   -nostartfiles -nodefaultlibs -lc -Wl,--no-entry -Wl,--gc-sections -Wl,--strip-all \
-  -Wl,-z,stack-size=65536 -Wl,--export=__heap_base -L/usr/lib/wasm32-wasi \
+  -Wl,-z,stack-size=65536 -L/usr/lib/wasm32-wasi \
   -o "$here/secp256k1.wasm" \
   "$here/verify.c" "$src/src/precomputed_ecmult.c" "$src/src/precomputed_ecmult_gen.c"
 {

@@ -1,1 +1,1 @@
-import{a as n,b as r}from"./chunk-CRMHGG3D.js";var s=globalThis,a=n();s.onmessage=({data:{id:o,events:t}})=>{a.then(e=>s.postMessage({id:o,bad:r(e,t)}),e=>s.postMessage({id:o,error:String(e)}))};
+import{b as a,c as n,d as r}from"./chunk-LGKD6X2Z.js";var o=globalThis,t=a();o.onmessage=({data:e})=>{t.then(s=>o.postMessage({id:e.id,bad:n(s,r(e))})).catch(s=>o.postMessage({id:e.id,error:String(s)}))};
