@@ -1,9 +1,10 @@
 /*
- * The one function buzz-sync-js calls in WebAssembly: check a Nostr event's id and BIP-340
- * signature with libsecp256k1 (bitcoin-core/secp256k1, the library coincurve and so buzz-sync
- * use), compiled in one unit with this file by build.sh. Nothing here is cryptography of its
- * own: the hash is libsecp256k1's SHA-256, the check its schnorrsig module, on the static
- * (verification-only) context.
+ * What buzz-sync-js calls in WebAssembly: check a Nostr event's id and BIP-340 signature, a
+ * page of them as one batch, and sign, with libsecp256k1 (bitcoin-core/secp256k1, the library
+ * coincurve and so buzz-sync use), compiled in one unit with this file by build.sh. The
+ * one-event check and signing are the library's own (its SHA-256 and schnorrsig module); the
+ * batch check below is the one part written here, from the library's parts, because the
+ * library has none (its comment says how and why).
  */
 #include "secp256k1.c"
 
