@@ -119,7 +119,8 @@ class _Protocol(asyncio.Protocol):
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
         self._loop = loop
         self._timeout = timeout
-        self._transport: asyncio.Transport | None = None
+        # uvloop's transports are not `asyncio.Transport` instances: typed as what is used.
+        self._transport: asyncio.WriteTransport | None = None
         self._outgoing: list[bytes] = []
         self._waiting: collections.deque[asyncio.Future[Reply]] = collections.deque()
         self._buffer = bytearray()
@@ -129,8 +130,7 @@ class _Protocol(asyncio.Protocol):
         self.failed: BaseException | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = transport  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(RedisConnectionError(f"Redis closed the connection ({exc or 'EOF'})"))

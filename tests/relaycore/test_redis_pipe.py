@@ -218,3 +218,25 @@ def test_replies_split_across_reads_are_put_together() -> None:
         return [await answer for answer in answers]
 
     assert asyncio.run(run()) == [b"hello", b"OK", -3]
+
+
+def test_set_nx_on_uvloop_as_the_served_relay_runs() -> None:
+    """uvicorn runs the relay on uvloop, whose transports are not asyncio's classes."""
+    uvloop = pytest.importorskip("uvloop")
+    key = f"test:pipe:{uuid.uuid4().hex}"
+    admin = redis.Redis.from_url(REDIS_URL)
+
+    async def run() -> list[bool]:
+        client = PipelinedRedis(RedisEndpoint.of(REDIS_URL, Sentinels()))
+        try:
+            first = await client.set_nx(key, b"1", ex=30)
+            return [first, *await asyncio.gather(client.set_nx(key, b"1", ex=30),
+                                                 client.set_nx(key + ":b", b"1", ex=30))]
+        finally:
+            client.close()
+
+    try:
+        assert uvloop.run(run()) == [True, False, True]
+    finally:
+        admin.delete(key, key + ":b")
+        admin.close()
