@@ -19,9 +19,16 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from relaycore.redis_pipe import PipelinedRedis, RedisEndpoint
 from relaycore.redis_topology import Sentinels, async_redis
 
-__all__ = ["RedisUnavailable", "async_redis_client", "mark_redis_down", "redis_client"]
+__all__ = [
+    "RedisUnavailable",
+    "async_redis_client",
+    "mark_redis_down",
+    "pipelined_redis",
+    "redis_client",
+]
 
 # After a Redis failure, go straight to the fallbacks for this long before trying again.
 REDIS_RETRY_SECONDS = 5.0
@@ -83,6 +90,29 @@ def async_redis_client() -> Any:
     return client
 
 
+_pipelined: WeakKeyDictionary[asyncio.AbstractEventLoop, PipelinedRedis] = WeakKeyDictionary()
+
+
+def pipelined_redis() -> PipelinedRedis:
+    """This event loop's lean, pipelined connection to the cache's Redis (the same Redis as
+    `async_redis_client`'s), for the commands on a request's path (`relaycore.redis_pipe`);
+    raises `RedisUnavailable`."""
+    if time.monotonic() < _redis_down_until:
+        raise RedisUnavailable
+    loop = asyncio.get_running_loop()
+    client = _pipelined.get(loop)
+    if client is None:
+        if not _cache_is_redis():
+            raise RedisUnavailable
+        cache: dict[str, Any] = settings.CACHES["default"]
+        location: Any = cache["LOCATION"]
+        client = _pipelined[loop] = PipelinedRedis(RedisEndpoint.of(
+            location if isinstance(location, str) else location[0],
+            Sentinels.of_cache(cache.get("OPTIONS", {})),
+        ))
+    return client
+
+
 def _cache_is_redis() -> bool:
     # From the settings, not `caches["default"]`, which builds a cache object in every new
     # thread and asyncio context.
@@ -103,3 +133,7 @@ def _caches_changed(*, setting: str, **kwargs: Any) -> None:
         _redis_down_until = 0.0
         _async_clients.clear()
         _sync_clients.clear()
+        for loop, client in list(_pipelined.items()):
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(client.close)
+        _pipelined.clear()

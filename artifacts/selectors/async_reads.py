@@ -15,7 +15,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -73,6 +73,15 @@ def fence_prepared() -> bool:
 @cache
 def _fence_begin_and_lookup(prepared: bool) -> str:
     return fence_then(f"{_BEGIN}; {lookup_statement()}", prepared=prepared)
+
+
+@lru_cache(maxsize=256)
+def _batch_for_host(prepared: bool, host: str) -> bytes:
+    """`begin_read`'s batch for `host`, composed by string, the host quoted by psycopg
+    (`sql.SQL.format` cost 10% of a round's CPU in a profile: it builds a tree of objects for
+    every request), and remembered: a relay serves a few hosts, and quoting one again for every
+    round cost 2% of it (`bench/profile_round.py`). Bounded: the Host header is the client's."""
+    return _fence_begin_and_lookup(prepared).replace(_HOST, sql.quote(host)).encode()
 
 
 async def configure_connection(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -151,9 +160,7 @@ async def begin_read(
     the fence requires.
     """
     prepared = fence_prepared()
-    # Composed by string, the host quoted by psycopg: `sql.SQL.format` cost 10% of a round's
-    # CPU in a profile (it builds a tree of objects for every request).
-    batch = _fence_begin_and_lookup(prepared).replace(_HOST, sql.quote(host.lower())).encode()
+    batch = _batch_for_host(prepared, host.lower())
     cursor = conn.cursor()
     try:
         await cursor.execute(batch)

@@ -394,7 +394,7 @@ def seal_sets(
         stash[set_digest(packed)] = packed
         token = replace(token, catchup=frozenset(), catchup_ref=set_digest(packed))
     if not stash:
-        return replace(token, stored_at=_ORIGIN), None
+        return (token if token.stored_at == _ORIGIN else replace(token, stored_at=_ORIGIN)), None
     if set(stash) <= loaded and now - token.stored_at <= token_max_age / 2:
         return token, None
     return replace(token, stored_at=now), store_sets_statement(

@@ -363,6 +363,8 @@ def _expand_sets(
         return request, state, frozenset()
     expanded, loaded, complete = yield from load_sets(
         request.decoded, community_id=request.community_id, has_store=state.has_store)
+    if expanded is request.decoded and complete:
+        return request, state, loaded  # nothing stored by digest (a round's usual token)
     return replace(request, decoded=expanded), replace(state, sets_complete=complete), loaded
 
 

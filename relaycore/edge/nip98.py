@@ -11,10 +11,8 @@ event claimed during an outage cannot be replayed once Redis is back.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
-import weakref
 from typing import Any
 
 from django.db import connection
@@ -28,7 +26,7 @@ from relaycore.dbthreads import run_db
 from relaycore.edge.parsers import request_body
 from relaycore.http import absolute_url
 from relaycore.metrics import record_nip98_check
-from relaycore.redis_clients import RedisUnavailable, async_redis_client, mark_redis_down
+from relaycore.redis_clients import RedisUnavailable, mark_redis_down, pipelined_redis
 
 __all__ = [
     "CLAIM_PREFIX",
@@ -56,7 +54,9 @@ async def claim_auth_event(event_id: str, *, expires_at: int) -> bool:
     expires_at += CLOCK_SKEW_MARGIN
     ttl = max(1, expires_at - int(time.time()))
     try:
-        fresh = await _claims_of_this_turn().claim(CLAIM_PREFIX + event_id, ttl)
+        # The lean client (relaycore.redis_pipe): claims asked in one loop turn go out in one
+        # write, and Redis runs them in order, so two claims of one id get one winner.
+        fresh = await pipelined_redis().set_nx(CLAIM_PREFIX + event_id, b"1", ex=ttl)
     except RedisUnavailable:
         pass
     except (RedisError, OSError):
@@ -67,65 +67,6 @@ async def claim_auth_event(event_id: str, *, expires_at: int) -> bool:
         if not await _postgres_claims_live():
             return True
     return await run_db(_claim_in_postgres, event_id, expires_at)
-
-
-class _TurnClaims:
-    """The claims asked for in one turn of an event loop, sent to Redis together: one command
-    when one was asked (a lone request pays nothing more), else one pipeline (one round trip,
-    one connection checkout and one socket write and read for all of them; Redis runs the
-    SET NXs one after another, so two claims of one id still get one winner). Nothing waits
-    for an earlier round trip: claims asked while one is out are sent on the next turn."""
-
-    def __init__(self) -> None:
-        self._waiting: list[tuple[str, int, asyncio.Future[bool]]] = []
-        self._sending: set[asyncio.Task[None]] = set()  # held: a loop holds tasks weakly
-
-    def claim(self, key: str, ttl: int) -> asyncio.Future[bool]:
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[bool] = loop.create_future()
-        self._waiting.append((key, ttl, answer))
-        if len(self._waiting) == 1:
-            # Starts on the loop's next turn, after what this turn already holds has run.
-            task = loop.create_task(self._send())
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
-        return answer
-
-    async def _send(self) -> None:
-        claims, self._waiting = self._waiting, []
-        try:
-            client = async_redis_client()
-            if len(claims) == 1:
-                ((key, ttl, _),) = claims
-                results = [await client.set(key, b"1", nx=True, ex=ttl)]
-            else:
-                pipe = client.pipeline(transaction=False)
-                for key, ttl, _ in claims:
-                    pipe.set(key, b"1", nx=True, ex=ttl)
-                results = await pipe.execute()
-        except BaseException as exc:
-            for _, _, answer in claims:
-                if not answer.done():
-                    answer.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
-            return
-        for (_, _, answer), fresh in zip(claims, results, strict=True):
-            if not answer.done():  # its request went away
-                answer.set_result(bool(fresh))
-
-
-_turn_claims: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _TurnClaims] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _claims_of_this_turn() -> _TurnClaims:
-    loop = asyncio.get_running_loop()
-    claims = _turn_claims.get(loop)
-    if claims is None:
-        claims = _turn_claims[loop] = _TurnClaims()
-    return claims
 
 
 _lock = threading.Lock()
