@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import DatabaseError
@@ -140,6 +141,35 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     community_id: int
     community: Any
     hub: SyncHub | None = None
+
+    # Channels' own loop (`AsyncConsumer.__call__`) costs every client frame a task and an
+    # `asyncio.wait` for its receive (`await_many_dispatch`, built to also read a channel-layer
+    # channel this consumer does not have), and its `dispatch` a hop to asgiref's thread for
+    # Django's `close_old_connections`, whose only connections there are those of sync code
+    # run thread-sensitively, which this consumer never does (its database work runs on
+    # `run_db`'s threads, which manage their own, and on the loop's asyncio pool). Measured
+    # in-process (bench/profile_ws.py, docs/performance.md): those were the largest share of a
+    # WebSocket EVENT's loop CPU outside the write itself. So frames are read and dispatched
+    # here, one after another as Channels does, with its handlers (`websocket_connect`,
+    # `websocket_receive`, `websocket_disconnect`, whose StopConsumer ends the loop).
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.scope = scope
+        self.channel_layer = None
+        self.base_send = send
+        handlers = {
+            "websocket.connect": self.websocket_connect,
+            "websocket.receive": self.websocket_receive,
+            "websocket.disconnect": self.websocket_disconnect,
+        }
+        try:
+            while True:
+                message = await receive()
+                handler = handlers.get(message["type"])
+                if handler is None:
+                    raise ValueError(f"No handler for message type {message['type']}")
+                await handler(message)
+        except StopConsumer:
+            pass
 
     async def connect(self) -> None:
         shutdown.handshake_started(self)
