@@ -250,6 +250,15 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                 self._close(CLOSE_POLICY, "too slow: the client is not reading")
             )
 
+    def _replies(self, frames: list[str]) -> None:
+        """`_reply` for several frames, queued together (`Outbox.put_replies`)."""
+        assert self.outbox is not None
+        if not self.outbox.put_replies(frames) and not self.closing:
+            self.closing = True
+            self._closer = asyncio.ensure_future(
+                self._close(CLOSE_POLICY, "too slow: the client is not reading")
+            )
+
     async def _close(self, code: int, reason: str) -> None:
         self.closing = True
         if self.outbox is not None:
@@ -442,16 +451,26 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                 if not self._replaying(sub):
                     return None
                 size = 0
+                # The page's frames are queued together (one drain for all of them), each only
+                # while what is queued, these included, stays within the window.
+                frames: list[str] = []
+                held = 0
                 for _, event_id, raw in page:
                     size += len(raw)
                     if event_id in sent:
                         continue
-                    if self.outbox.queued_bytes > window and (
-                        not await self.outbox.below(window) or not self._replaying(sub)
-                    ):
-                        return None
+                    if self.outbox.queued_bytes + held > window:
+                        self._replies(frames)
+                        frames, held = [], 0
+                        if self.outbox.queued_bytes > window and (
+                            not await self.outbox.below(window) or not self._replaying(sub)
+                        ):
+                            return None
                     sent.add(event_id)
-                    self._reply(event_frame(sub.prefix, raw))
+                    frame = event_frame(sub.prefix, raw)
+                    frames.append(frame)
+                    held += len(frame)
+                self._replies(frames)
                 if len(page) < asked:
                     break
                 remaining -= len(page)
