@@ -1078,7 +1078,8 @@ def _write_figures(
         json.dumps(
             {
                 "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "args": {k: v for k, v in vars(args).items() if k != "database_url"},
+                "args": {k: str(v) if isinstance(v, Path) else v
+                         for k, v in vars(args).items() if k != "database_url"},
                 "postgresql": server_version,
                 "load_average": {"start": load_before, "end": load_after},
                 "peer": dict(
