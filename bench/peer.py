@@ -78,6 +78,7 @@ from bench._harness import (  # noqa: E402
     services,
     setup_database,
     start_server,
+    start_server_in,
     wait_until_serving,
 )
 from bench.ingest import UNLIMITED, WRITER_SECRET, _drive, _sign_phase, artifact_tags  # noqa: E402
@@ -231,7 +232,8 @@ def start_peer(venv: Path, database_url: str, *, workers: int, adds: int) -> Ser
     recreate_database(database_url)
     port = free_port()
     config = OUT / "peer-config.yaml"
-    url = database_url_named(database_url, PEER_DATABASE, scheme="postgresql+asyncpg")
+    url = database_url_named(database_url, urlsplit(database_url).path.lstrip("/"),
+                             scheme="postgresql+asyncpg")
     config.write_text(PEER_CONFIG.format(url=url, port=port, workers=workers, adds=adds))
     log = PEER_LOG.open("wb")
     process = subprocess.Popen(
@@ -709,6 +711,16 @@ def _arguments() -> argparse.Namespace:
         "--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9")
     )
     parser.add_argument(
+        "--peer-database", default=PEER_DATABASE,
+        help="the peer's database (recreated), beside the relay's: a name of its own per "
+        "session when several run benchmarks on one server",
+    )
+    parser.add_argument(
+        "--relay-tree", type=Path, default=None,
+        help="serve the relay from this source tree (an A/B: a git worktree of the baseline, "
+        "driven by this tree's bench); default this tree",
+    )
+    parser.add_argument(
         "--spread",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -789,7 +801,7 @@ def _start_relays(
     args: argparse.Namespace, svc: Any, venv: Path, channels: dict[str, uuid.UUID]
 ) -> tuple[Relay, Relay]:
     """(the peer, buzz), each serving with `args.workers` workers."""
-    peer_db = database_url_named(svc.database_url, PEER_DATABASE)
+    peer_db = database_url_named(svc.database_url, args.peer_database)
     peer = Relay(
         "nostr-relay 1.14",
         start_peer(venv, peer_db, workers=args.workers, adds=args.connections),
@@ -801,7 +813,12 @@ def _start_relays(
     )
     try:
         with stderr_to(RELAY_LOG):
-            relay_server = start_server("serve", svc, workers=args.workers, **UNLIMITED)
+            if args.relay_tree is None:
+                relay_server = start_server("serve", svc, workers=args.workers, **UNLIMITED)
+            else:
+                relay_server = start_server_in(args.relay_tree.resolve(), "serve-tree", svc,
+                                               workers=args.workers, env=dict(UNLIMITED))
+                print(f"relay: {relay_server.code}", flush=True)
     except BaseException:
         peer.server.stop()
         raise
@@ -1061,7 +1078,8 @@ def _write_figures(
         json.dumps(
             {
                 "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "args": {k: v for k, v in vars(args).items() if k != "database_url"},
+                "args": {k: str(v) if isinstance(v, Path) else v
+                         for k, v in vars(args).items() if k != "database_url"},
                 "postgresql": server_version,
                 "load_average": {"start": load_before, "end": load_after},
                 "peer": dict(
