@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import os
 import pstats
@@ -33,6 +34,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +136,27 @@ def floor_run(h: str, community_id: int, template: Any, n: int) -> float:
     return asyncio.run(main())
 
 
+@contextlib.contextmanager
+def in_process_relay(channel_name: str) -> Iterator[tuple[Any, str, Any]]:
+    """The services up, the database set up, the relay's settings (no rate limits) in the
+    environment and Django set up: the bench community, the id of a new channel in it named
+    `channel_name`, and the ASGI application, for a profile run in this process."""
+    with services() as svc:
+        setup_database(svc)
+        os.environ.update(relay_env(svc, **UNLIMITED))
+        import django
+
+        django.setup()
+        from artifacts.models import Community
+        from artifacts.services.channels import channel_create
+        from buzzrelay.asgi import application
+
+        community = Community.objects.get(host=BENCH_HOST)
+        h = str(uuid.uuid4())
+        channel_create(community_id=community.pk, channel_id=uuid.UUID(h), name=channel_name)
+        yield community, h, application
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1000, help="writes per run")
@@ -148,20 +171,9 @@ def main() -> int:
                         help="alternate runs with RELAY_GROUP_COMMIT off and on, same process")
     args = parser.parse_args()
 
-    with services() as svc:
-        setup_database(svc)
-        os.environ.update(relay_env(svc, **UNLIMITED))
-        import django
-
-        django.setup()
-        from artifacts.models import Community
-        from artifacts.services.channels import channel_create
+    with in_process_relay("profile") as (community, h, application):
         from bench.ingest_floor import record_ingest
-        from buzzrelay.asgi import application
 
-        community = Community.objects.get(host=BENCH_HOST)
-        h = str(uuid.uuid4())
-        channel_create(community_id=community.pk, channel_id=uuid.UUID(h), name="profile")
         template = record_ingest(community=community, secret=WRITER_SECRET, h=h,
                                  artifact_tags=artifact_tags)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import os
 import pstats
 import statistics
 import sys
@@ -31,9 +30,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._harness import BENCH_HOST, print_table, relay_env, services, setup_database  # noqa: E402
-from bench.ingest import UNLIMITED, WRITER_SECRET, artifact_tags  # noqa: E402
-from bench.profile_write import cpu_by_thread  # noqa: E402
+from bench._harness import BENCH_HOST, print_table  # noqa: E402
+from bench.ingest import WRITER_SECRET, artifact_tags  # noqa: E402
+from bench.profile_write import cpu_by_thread, in_process_relay  # noqa: E402
 
 PORT = 8000
 READER_SECRET = "6" * 64
@@ -173,19 +172,9 @@ def main() -> int:
     parser.add_argument("--save", metavar="FILE", help="write the cProfile stats to FILE")
     args = parser.parse_args()
 
-    with services() as svc:
-        setup_database(svc)
-        os.environ.update(relay_env(svc, **UNLIMITED))
-        import django
-
-        django.setup()
-        from artifacts.models import Community
+    with in_process_relay("profile ws") as (community, h, application):
         from artifacts.services.channels import channel_create
-        from buzzrelay.asgi import application
 
-        community = Community.objects.get(host=BENCH_HOST)
-        h = str(uuid.uuid4())
-        channel_create(community_id=community.pk, channel_id=uuid.UUID(h), name="profile ws")
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         loop.run_until_complete(publish(application, event_frames(200, h), args.connections))

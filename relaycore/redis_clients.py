@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -71,23 +72,7 @@ _async_clients: WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = WeakKeyDicti
 
 def async_redis_client() -> Any:
     """This event loop's asyncio client of the cache's Redis; raises `RedisUnavailable`."""
-    if time.monotonic() < _redis_down_until:
-        raise RedisUnavailable
-    loop = asyncio.get_running_loop()
-    client = _async_clients.get(loop)
-    if client is None:
-        if not _cache_is_redis():
-            raise RedisUnavailable
-        # The cache's own Redis (its LOCATION, or the master its sentinels name), so the
-        # buckets and claims are where the cache is.
-        cache: dict[str, Any] = settings.CACHES["default"]
-        location: Any = cache["LOCATION"]
-        client = async_redis(
-            location if isinstance(location, str) else location[0],
-            Sentinels.of_cache(cache.get("OPTIONS", {})),
-        )
-        _async_clients[loop] = client
-    return client
+    return _this_loops(_async_clients, async_redis)
 
 
 _pipelined: WeakKeyDictionary[asyncio.AbstractEventLoop, PipelinedRedis] = WeakKeyDictionary()
@@ -97,19 +82,29 @@ def pipelined_redis() -> PipelinedRedis:
     """This event loop's lean, pipelined connection to the cache's Redis (the same Redis as
     `async_redis_client`'s), for the commands on a request's path (`relaycore.redis_pipe`);
     raises `RedisUnavailable`."""
+    return _this_loops(_pipelined, lambda url, sentinels: PipelinedRedis(
+        RedisEndpoint.of(url, sentinels)))
+
+
+def _this_loops[C](clients: WeakKeyDictionary[asyncio.AbstractEventLoop, C],
+                   make: Callable[[str, Sentinels], C]) -> C:
+    """The running loop's client in `clients`, made on first use; raises `RedisUnavailable`
+    while the breaker is open or when the cache is not Redis."""
     if time.monotonic() < _redis_down_until:
         raise RedisUnavailable
     loop = asyncio.get_running_loop()
-    client = _pipelined.get(loop)
+    client = clients.get(loop)
     if client is None:
         if not _cache_is_redis():
             raise RedisUnavailable
+        # The cache's own Redis (its LOCATION, or the master its sentinels name), so the
+        # buckets and claims are where the cache is.
         cache: dict[str, Any] = settings.CACHES["default"]
         location: Any = cache["LOCATION"]
-        client = _pipelined[loop] = PipelinedRedis(RedisEndpoint.of(
+        client = clients[loop] = make(
             location if isinstance(location, str) else location[0],
             Sentinels.of_cache(cache.get("OPTIONS", {})),
-        ))
+        )
     return client
 
 
