@@ -202,6 +202,20 @@ def cleanup() -> Iterator[contextlib.ExitStack]:
         yield stack
 
 
+def _rolling_restart(dep: Deployment, fleet: list[Relay]) -> None:
+    """Stop and start each instance of `fleet` in turn, each back and ready before the next."""
+    for index, relay in enumerate(list(fleet)):
+        # uvicorn re-raises SIGTERM once its graceful shutdown is over.
+        assert relay.stop() in (0, -signal.SIGTERM), relay.log()
+        fleet[index] = dep.start_relay(port=relay.port, env=RELAY_ENV)
+        wait_until(functools.partial(_ready, fleet[index]), timeout=30)
+        # nginx keeps an upstream it saw fail out for fail_timeout (2 s, whole seconds) after
+        # its last failure: the next instance stops only once this one is back in the pool.
+        # With 1 s here, one CI run stopped the third instance while the second was still
+        # out, and a 500 from the third's drain emptied the pool: 502 "no live upstreams".
+        time.sleep(NGINX_FAIL_TIMEOUT + 1)
+
+
 def _ready(relay: Relay) -> bool:
     try:
         return httpx.get(f"{relay.url}/readyz", timeout=2).status_code == 200
@@ -267,17 +281,7 @@ def test_rolling_restart_behind_nginx_loses_no_answer_and_every_client_converges
                                  [relay.log()[-2000:] for relay in fleet]) from None
         time.sleep(2)
 
-        # The rolling restart: one instance at a time, each back and ready before the next.
-        for index, relay in enumerate(list(fleet)):
-            # uvicorn re-raises SIGTERM once its graceful shutdown is over.
-            assert relay.stop() in (0, -signal.SIGTERM), relay.log()
-            fleet[index] = dep.start_relay(port=relay.port, env=RELAY_ENV)
-            wait_until(functools.partial(_ready, fleet[index]), timeout=30)
-            # nginx keeps an upstream it saw fail out for fail_timeout (2 s, whole seconds) after
-            # its last failure: the next instance stops only once this one is back in the pool.
-            # With 1 s here, one CI run stopped the third instance while the second was still
-            # out, and a 500 from the third's drain emptied the pool: 502 "no live upstreams".
-            time.sleep(NGINX_FAIL_TIMEOUT + 1)
+        _rolling_restart(dep, fleet)
         time.sleep(2)
     finally:
         stop.set()
@@ -327,3 +331,89 @@ def test_rolling_restart_behind_nginx_loses_no_answer_and_every_client_converges
                for s in subscribers), \
         [s.close_codes for s in subscribers]
     assert answers.total > 200
+
+
+CHURNERS = 12
+# A handshake through the proxy is answered (accepted or refused) within this many seconds.
+HANDSHAKE_SECONDS = 5
+
+
+def test_websocket_handshakes_through_nginx_are_answered_during_a_rolling_restart(
+    dep: Deployment, tmp_path: Path, cleanup: contextlib.ExitStack,
+) -> None:
+    """Clients that reconnect all the time (handshake, AUTH, a short replay, close) keep getting
+    answers through the proxy while every instance behind it restarts: none waits for its
+    handshake's answer, none gets a 5xx. More handshakes in one run than any other test: the
+    one that found the threaded client's TLS 1.3 race (`PublicEndpoint.websocket_context`)."""
+    fleet = [dep.start_relay(env=RELAY_ENV) for _ in range(RELAYS)]
+    tls = self_signed_certificate(tmp_path)
+    proxy = start_nginx(tmp_path, upstreams=[r.port for r in fleet], tls=tls)
+    cleanup.callback(proxy.stop)
+    public = PublicEndpoint(tls, proxy.https_port)
+    answers = Answers()
+    owner = CountingClient(public, answers)
+    channel = owner.create_channel(name="handshakes")
+    stop = threading.Event()
+    cleanup.callback(stop.set)
+    slow: list[tuple[float, str]] = []  # (seconds, what the attempt ended with)
+    sessions = Counter[int]()  # replays read to their end, by churner
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        while not stop.is_set():
+            owner.post("/event", owner.artifact(channel))
+            time.sleep(0.05)
+
+    def churn(index: int) -> Callable[[], None]:
+        def body() -> None:
+            while not stop.is_set():
+                sent_at = time.monotonic()
+                try:
+                    ws = public.websocket()
+                    outcome = "101"
+                    answers.record(101, sent_at=sent_at)
+                except InvalidStatus as refused:
+                    outcome = str(refused.response.status_code)
+                    answers.record(refused.response.status_code,
+                                   refused.response.body.decode(errors="replace")[:200],
+                                   sent_at=sent_at)
+                    ws = None
+                except (OSError, ConnectionClosed) as exc:  # an instance going down
+                    outcome, ws = repr(exc), None
+                if (took := time.monotonic() - sent_at) > HANDSHAKE_SECONDS:
+                    slow.append((round(took, 1), outcome))
+                if ws is None:
+                    time.sleep(0.1)
+                    continue
+                with ws:
+                    try:
+                        challenge = orjson.loads(ws.recv(timeout=10))
+                        event = make_auth_event(owner.secret, challenge=challenge[1],
+                                                relay_url=f"wss://{public.netloc}/")
+                        ws.send(orjson.dumps(["AUTH", event]).decode())
+                        ws.send(orjson.dumps(["REQ", "s", {"kinds": [45010], "#h": [channel],
+                                                          "limit": 20}]).decode())
+                        while orjson.loads(ws.recv(timeout=10))[0] not in ("EOSE", "CLOSED"):
+                            pass
+                        sessions[index] += 1
+                    except ConnectionClosed:  # drained mid-session: the next one reconnects
+                        pass
+        return body
+
+    threads = [_guarded(errors, write)] + [_guarded(errors, churn(i)) for i in range(CHURNERS)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(2)
+        _rolling_restart(dep, fleet)
+        time.sleep(2)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    print(f"\nhandshakes through nginx: {dict(answers.statuses)}, "
+          f"{sum(sessions.values())} replays read, slow: {slow}")
+    assert not errors, errors
+    assert not slow, (slow, proxy.log()[-3000:])
+    assert answers.server_errors == 0, (dict(answers.statuses), proxy.log()[-3000:])
+    assert all(sessions[i] > 10 for i in range(CHURNERS)), sessions
