@@ -10,6 +10,7 @@ each trigger a round, and a slow poll keeps running under the live stream as a s
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import threading
@@ -18,8 +19,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import WebSocketException
-from websockets.sync.client import ClientConnection, connect
 
 from buzzclient.backoff import RetryPolicy
 from buzzclient.errors import SyncError, Unauthorized, UnknownCommunity
@@ -69,30 +70,44 @@ class LiveHints(threading.Thread):
         self._stop.set()
 
     def run(self) -> None:
+        # websockets' asyncio client on a loop of this thread's own, not its threaded (sync)
+        # client: that one reads the socket on a second thread while the caller writes, and
+        # over TLS 1.3 that races the server's session tickets on one OpenSSL connection, which
+        # does not allow it; the upgrade request was lost now and then (docs/reliability.md,
+        # "Handshakes under churn"). asyncio's TLS reads and writes on one thread.
+        asyncio.run(self._run())
+
+    async def _run(self) -> None:
         failures = 0
         while not self._stop.is_set():
             try:
-                with connect(self.ws_url, open_timeout=SESSION_TIMEOUT, max_size=2**22) as ws:
-                    self._session(ws, after_failure=failures > 0)
+                async with connect(self.ws_url, open_timeout=SESSION_TIMEOUT,
+                                   max_size=2**22) as ws:
+                    await self._session(ws, after_failure=failures > 0)
                 failures = 0
             except (OSError, TimeoutError, WebSocketException, SessionError) as exc:
                 failures += 1
                 logger.info("live connection to %s lost: %s", self.ws_url, exc)
             finally:
                 self.connected.clear()
-            if not self._stop.is_set():
-                self._stop.wait(self.retry.backoff(max(failures, 1)))
+            await self._pause(self.retry.backoff(max(failures, 1)))
 
-    def _session(self, ws: ClientConnection, *, after_failure: bool) -> None:
-        challenge = self._expect(ws, "AUTH")[1:2]
+    async def _pause(self, seconds: float) -> None:
+        """Sleep up to ``seconds``, ending early once stopped."""
+        deadline = time.monotonic() + seconds
+        while not self._stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(left, 0.25))
+
+    async def _session(self, ws: ClientConnection, *, after_failure: bool) -> None:
+        challenge = (await self._expect(ws, "AUTH"))[1:2]
         if not challenge or not isinstance(challenge[0], str):
             raise SessionError("relay sent a malformed AUTH challenge")
         auth = make_auth(self._secret, challenge=challenge[0], relay_url=self.ws_url)
-        ws.send(f'["AUTH",{auth.raw}]')
-        answer = self._expect(ws, "OK")
+        await ws.send(f'["AUTH",{auth.raw}]')
+        answer = await self._expect(ws, "OK")
         if len(answer) < 3 or answer[1] != auth.id or answer[2] is not True:
             raise SessionError(f"relay refused our AUTH: {answer[3] if len(answer) > 3 else ''}")
-        subscriptions = self._subscribe(ws)
+        subscriptions = await self._subscribe(ws)
         self.connected.set()
         # Whatever changed between the last round and this subscription (or while we were
         # disconnected) reached no live stream of ours: one round covers it.
@@ -100,7 +115,8 @@ class LiveHints(threading.Thread):
         live: set[str] = set()
         while not self._stop.is_set():
             try:
-                raw = ws.recv(timeout=1.0)
+                async with asyncio.timeout(1.0):  # cancelling recv loses no message
+                    raw = await ws.recv()
             except TimeoutError:
                 continue
             message = _decode(raw)
@@ -127,7 +143,7 @@ class LiveHints(threading.Thread):
                 if not subscriptions:
                     raise SessionError(f"every subscription closed ({reason})")
 
-    def _subscribe(self, ws: ClientConnection) -> list[str]:
+    async def _subscribe(self, ws: ClientConnection) -> list[str]:
         filters: list[dict[str, Any]] = []
         # limit 1: the replay before EOSE is not needed (rounds fetch the data).
         for start in range(0, len(self.channels), MAX_TAG_VALUES):
@@ -138,22 +154,22 @@ class LiveHints(threading.Thread):
         sub_ids = []
         for filter_ in filters:
             sub_id = "buzz-sync-" + secrets.token_hex(4)
-            ws.send(orjson.dumps(["REQ", sub_id, filter_]).decode())
+            await ws.send(orjson.dumps(["REQ", sub_id, filter_]).decode())
             sub_ids.append(sub_id)
         logger.info("live subscription to %s", f"{len(self.channels)} channels"
                     if self.channels else "every readable channel")
         return sub_ids
 
-    def _expect(self, ws: ClientConnection, verb: str) -> list[Any]:
+    async def _expect(self, ws: ClientConnection, verb: str) -> list[Any]:
         """Waits for a message starting with ``verb``, skipping others (notices and the like)."""
-        deadline = time.monotonic() + SESSION_TIMEOUT
-        while True:
-            try:
-                message = _decode(ws.recv(timeout=max(0.0, deadline - time.monotonic())))
-            except TimeoutError:
-                raise SessionError(f"relay sent no {verb} within {SESSION_TIMEOUT:.0f} s") from None
-            if message and message[0] == verb:
-                return message
+        try:
+            async with asyncio.timeout(SESSION_TIMEOUT):
+                while True:
+                    message = _decode(await ws.recv())
+                    if message and message[0] == verb:
+                        return message
+        except TimeoutError:
+            raise SessionError(f"relay sent no {verb} within {SESSION_TIMEOUT:.0f} s") from None
 
 
 class SessionError(Exception):
