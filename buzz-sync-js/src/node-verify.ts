@@ -11,6 +11,9 @@ import { Worker } from "node:worker_threads";
 
 import type { VerifyWorkerLike } from "./verify-pool.js";
 
+// The Node transport lives beside it, in the same Node-only entry (`buzz-sync-js/node`).
+export { nodeTransport } from "./node-http.js";
+
 /** A worker thread running `script` (default: this package's verify-thread.js). The thread holds
  * the process open only while a page is being checked: an app that never closes its client
  * still exits, and one awaiting a check is not ended under it. */
