@@ -1,10 +1,11 @@
 /**
- * Node: a page's signatures checked in a worker thread (verify-thread.ts) while the calling
- * thread writes the page before to SQLite; `BuzzClient.open({ verifyWorker: nodeVerifyWorker })`.
- * It has the browser Worker's shape that `VerifierWorker` (verify-pool.ts) drives, so a thread
- * that fails (cannot start, exits) makes the caller check on its own thread, as in a browser.
- * Node-only (node:worker_threads): imported from `buzz-sync-js/node`, never from the package's
- * browser entry.
+ * Node's parts, the package's `buzz-sync-js/node` entry (never its browser entry):
+ * `nodeVerifyWorker`, a page's signatures checked in a worker thread (verify-thread.ts) while
+ * the calling thread writes the page before to SQLite (`BuzzClient.open({ verifyWorker:
+ * nodeVerifyWorker })`, the default in Node), and `nodeTransport` (node-http.ts), the relay's
+ * HTTP through node:http. The worker has the browser Worker's shape that `VerifierWorker`
+ * (verify-pool.ts) drives, so a thread that fails (cannot start, exits) makes the caller check
+ * on its own thread, as in a browser.
  */
 
 import { Worker } from "node:worker_threads";
