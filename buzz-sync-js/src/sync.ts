@@ -201,7 +201,8 @@ export class Syncer {
     // N+1 while this thread writes page N (SQLite writes run on this thread, synchronously, so
     // applying page N at once would leave the worker idle during the write and this thread idle
     // during the check). Without a worker there is nothing to overlap with, and a page is
-    // applied as soon as it is checked.
+    // applied as soon as it is checked; so it is for a store that commits elsewhere
+    // (IndexedDB: `Store.writesOnCallingThread`), whose commits should start as early as they can.
     let checkedPage: Page | null = null;
     const apply = async (): Promise<void> => {
       if (checkedPage === null) return;
@@ -277,9 +278,11 @@ export class Syncer {
           }
         }
         checkedPage = page;
-        // Kept for the next page's check only when that page is already here: while the relay
-        // is still serving it, this thread would wait idle, so the page is written now.
-        if (checked === null || !page.more || prefetched === null || !prefetched.arrived) await apply();
+        // Kept for the next page's check only when that page is already here (while the relay
+        // is still serving it this thread would wait idle, so the page is written now), and
+        // only for a store that writes on this thread.
+        const keep = checked !== null && page.more && prefetched !== null && prefetched.arrived && this.store.writesOnCallingThread === true;
+        if (!keep) await apply();
         if (!page.more) break;
       }
       await apply();

@@ -577,11 +577,12 @@ test("a page's verify worker is sent the page's text, which parses to the events
   assert.deepEqual(requestedEvents({ id: 1, text: JSON.stringify(body) }), events);
 });
 
-test("with a worker, a page is written while the next one's signatures are checked, or at once while the next is still coming", async () => {
+test("with a worker, a page is written while the next one's signatures are checked, or at once while the next is still coming or the store commits elsewhere", async () => {
   // Three pages; the worker answers after 5 ms. The order of checks handed to the worker and of
   // pages applied shows the overlap: page N is applied after page N+1's check went out when
-  // page N+1 had arrived, and before it when the relay is still serving it (slow).
-  for (const slow of [false, true]) {
+  // page N+1 had arrived, and before it when the relay is still serving it (slow) or the store
+  // commits off this thread (IndexedDB: its commit should start at once).
+  for (const [slow, elsewhere] of [[false, false], [true, false], [false, true]]) {
     const events = Array.from({ length: 6 }, (_, i) => JSON.parse(JSON.stringify(head(uuidOf(300 + i), CHANNELS[i % 3], `o${i}`))));
     const bodies = [0, 1, 2].map((i) => ({ events: events.slice(2 * i, 2 * i + 2), removed: [], progress: `p${i + 1}`, more: i < 2, reset: i === 0 }));
     const order = [];
@@ -594,6 +595,7 @@ test("with a worker, a page is written while the next one's signatures are check
       },
     });
     const store = new MemoryStore();
+    if (elsewhere) Object.defineProperty(store, "writesOnCallingThread", { value: undefined });
     await store.open("k");
     const apply = store.applyPage.bind(store);
     store.applyPage = (key, plan) => {
@@ -611,7 +613,7 @@ test("with a worker, a page is written while the next one's signatures are check
     };
     const reported = [];
     const summary = await new Syncer({ http, store, key: "k", verifyWorker: () => worker }).runRound({ onPage: (p) => reported.push(p.page.progress) });
-    assert.deepEqual(order, slow
+    assert.deepEqual(order, slow || elsewhere
       ? ["check p1", "apply p1", "check p2", "apply p2", "check p3", "apply p3"]
       : ["check p1", "check p2", "apply p1", "check p3", "apply p2", "apply p3"]);
     assert.deepEqual(reported, ["p1", "p2", "p3"]);
