@@ -13,7 +13,7 @@ import { backoff, defaultRetry, type RetryPolicy } from "./backoff.js";
 import { BuzzError } from "./errors.js";
 import { LiveHints, type WebSocketFactory } from "./live.js";
 import { type Published, Publisher, type Role } from "./publish.js";
-import { RelayAddress, RelayHttp, type RelayInfo } from "./relay.js";
+import { type HttpTransport, RelayAddress, RelayHttp, type RelayInfo } from "./relay.js";
 import { resolveSigner, type Signer } from "./signer.js";
 import type { CollectionState, LiveChanges, Store } from "./store.js";
 import { type PageProgress, predicates, type RoundSummary, type SyncFilter, Syncer, type ViewChanges } from "./sync.js";
@@ -52,26 +52,27 @@ export interface BuzzClientOptions {
    * is open, else HTTP). */
   publishVia?: "http" | "websocket";
   retry?: Partial<RetryPolicy>;
+  /** A `fetch` of your own for the relay's HTTP (in Node it replaces the default node:http
+   * transport). */
   fetch?: typeof fetch;
+  /** How requests go out (`RelayHttp`'s `transport`); default: `nodeTransport` in Node, else
+   * `fetch`. */
+  transport?: HttpTransport;
   /** Hears the warning about a generated key. */
   warn?: (message: string) => void;
 }
 
-/** In Node, `nodeVerifyWorker`: page N+1's signatures checked in a worker thread while page N
- * is written to SQLite (a first sync's rate, median of alternated pairs on two CPUs shared
- * with the relay: 1.05x over 15, 1.11x over 11 with the batch check; a second free core is
- * where it pays, docs/performance.md); elsewhere
- * nothing. Its module imports node:worker_threads, so its name is kept from bundlers: a
- * browser build never includes it, and never gets here. */
-async function nodeVerifyWorkerHere(): Promise<(() => VerifyWorkerLike) | undefined> {
+/** The package's Node-only module (`buzz-sync-js/node`) when running in Node, else nothing.
+ * Its name is kept from bundlers: it imports node:worker_threads and node:http, so a browser
+ * build never includes it, and never gets here. */
+async function nodeModule(): Promise<typeof import("./node-verify.js") | undefined> {
   const node = (globalThis as { process?: { versions?: { node?: string } } }).process?.versions?.node;
   if (!node || typeof (globalThis as { window?: unknown }).window !== "undefined") return undefined;
   const specifier = "./node-verify.js";
   try {
-    const found = (await import(/* @vite-ignore */ /* webpackIgnore: true */ specifier)) as typeof import("./node-verify.js");
-    return found.nodeVerifyWorker;
+    return (await import(/* @vite-ignore */ /* webpackIgnore: true */ specifier)) as typeof import("./node-verify.js");
   } catch {
-    return undefined; // a bundle for Node without the module beside it: this thread checks
+    return undefined; // a bundle for Node without the module beside it: fetch, and this thread checks
   }
 }
 
@@ -141,7 +142,7 @@ export class BuzzClient {
     this.signerSource = source;
     this.store = options.store;
     this.retry = { ...defaultRetry, ...options.retry };
-    this.http = new RelayHttp(this.address, signer, { retry: options.retry, fetch: options.fetch });
+    this.http = new RelayHttp(this.address, signer, { retry: options.retry, fetch: options.fetch, transport: options.transport });
     this.key = JSON.stringify([this.address.baseUrl, this.address.host, pubkey, predicates(options.filter ?? {})]);
     this.syncer = new Syncer({
       http: this.http, store: this.store, key: this.key, filter: options.filter, pageLimit: options.pageLimit,
@@ -168,8 +169,20 @@ export class BuzzClient {
     const address = RelayAddress.parse(options.relay);
     const key = JSON.stringify([address.baseUrl, address.host, pubkey, predicates(options.filter ?? {})]);
     const state = await options.store.open(key);
-    if (options.verifyWorker === undefined && options.verify !== false && options.wasmVerifier !== false) {
-      options = { ...options, verifyWorker: await nodeVerifyWorkerHere() };
+    // In Node, by default: page N+1's signatures checked in a worker thread while page N is
+    // written (`nodeVerifyWorker`: a first sync's rate, median of alternated pairs on two CPUs
+    // shared with the relay, 1.05x over 15, 1.11x over 11 with the batch check; a second free
+    // core is where it pays, docs/performance.md), and requests through node:http
+    // (`nodeTransport`: less CPU per page than fetch). Elsewhere nothing: fetch, one thread.
+    const wantsWorker = options.verifyWorker === undefined && options.verify !== false && options.wasmVerifier !== false;
+    const wantsTransport = options.transport === undefined && options.fetch === undefined;
+    const node = wantsWorker || wantsTransport ? await nodeModule() : undefined;
+    if (node !== undefined) {
+      options = {
+        ...options,
+        verifyWorker: wantsWorker ? node.nodeVerifyWorker : options.verifyWorker,
+        transport: wantsTransport ? node.nodeTransport() : options.transport,
+      };
     }
     const client = new BuzzClient(options, choice.signer, pubkey, choice.source, state);
     client.progressState.total = await options.store.count(key);

@@ -3,7 +3,7 @@ export { BuzzError, type BuzzErrorCode } from "./errors.js";
 export { LiveHints, LIVE_KINDS, type LiveOptions, type WebSocketFactory, type WebSocketLike } from "./live.js";
 export { parsePage, type Page, useWasmVerifier } from "./page.js";
 export { artifactTags, HEAD_CHANGED, isConflict, type Published, Publisher, ROLES, type Role } from "./publish.js";
-export { type OkAnswer, parseRelayInfo, RelayAddress, RelayHttp, type RelayInfo, type TransportStats } from "./relay.js";
+export { fetchTransport, type HttpAnswer, type HttpRequest, type HttpTransport, type OkAnswer, parseRelayInfo, RelayAddress, RelayHttp, type RelayInfo, type TransportStats } from "./relay.js";
 export { backoff, defaultRetry, parseRetryAfter, type RetryPolicy } from "./backoff.js";
 export { generateSecretHex, keySigner, npubOf, resolveSigner, type Signer } from "./signer.js";
 export { type AppliedPage, type CollectionState, type LiveChanges, MemoryStore, type OutboxEntry, type PagePlan, type Store } from "./store.js";

@@ -1,15 +1,19 @@
 /**
- * Node: a page's signatures checked in a worker thread (verify-thread.ts) while the calling
- * thread writes the page before to SQLite; `BuzzClient.open({ verifyWorker: nodeVerifyWorker })`.
- * It has the browser Worker's shape that `VerifierWorker` (verify-pool.ts) drives, so a thread
- * that fails (cannot start, exits) makes the caller check on its own thread, as in a browser.
- * Node-only (node:worker_threads): imported from `buzz-sync-js/node`, never from the package's
- * browser entry.
+ * Node's parts, the package's `buzz-sync-js/node` entry (never its browser entry):
+ * `nodeVerifyWorker`, a page's signatures checked in a worker thread (verify-thread.ts) while
+ * the calling thread writes the page before to SQLite (`BuzzClient.open({ verifyWorker:
+ * nodeVerifyWorker })`, the default in Node), and `nodeTransport` (node-http.ts), the relay's
+ * HTTP through node:http. The worker has the browser Worker's shape that `VerifierWorker`
+ * (verify-pool.ts) drives, so a thread that fails (cannot start, exits) makes the caller check
+ * on its own thread, as in a browser.
  */
 
 import { Worker } from "node:worker_threads";
 
 import type { VerifyWorkerLike } from "./verify-pool.js";
+
+// The Node transport lives beside it, in the same Node-only entry (`buzz-sync-js/node`).
+export { nodeTransport } from "./node-http.js";
 
 /** A worker thread running `script` (default: this package's verify-thread.js). The thread holds
  * the process open only while a page is being checked: an app that never closes its client

@@ -106,9 +106,57 @@ export interface TransportStats {
   retryAfter: number[];
 }
 
+/** One HTTP answer, as much of it as `RelayHttp` reads. */
+export interface HttpAnswer {
+  readonly status: number;
+  /** The URL asked (for messages). */
+  readonly url: string;
+  header(name: string): string | null;
+  /** The whole body as text (UTF-8). */
+  text(): Promise<string>;
+  /** Drops the body unread. */
+  discard(): Promise<void>;
+}
+
+export interface HttpRequest {
+  method: string;
+  headers: Record<string, string>;
+  body: Uint8Array | null;
+  /** The whole exchange, body included, ends with an error after this many milliseconds. */
+  timeoutMs: number;
+}
+
+/** How a request goes out: `fetchTransport` (browsers, and any `fetch`), or in Node
+ * `nodeTransport` (`node-http.ts`, node:http with a keep-alive agent). Only this differs; the
+ * retries, status handling and parsing are `RelayHttp`'s, one definition for both. A request
+ * that cannot reach the relay rejects with an error whose `cause` carries the system `code`
+ * (as `fetch`'s TypeError does). */
+export type HttpTransport = (url: string, request: HttpRequest) => Promise<HttpAnswer>;
+
+export function fetchTransport(fetchImpl: typeof fetch): HttpTransport {
+  return async (url, { method, headers, body, timeoutMs }) => {
+    const response = await fetchImpl(url, {
+      method,
+      headers,
+      body: (body ?? undefined) as BodyInit | undefined,
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    return {
+      status: response.status,
+      url: response.url || url,
+      header: (name) => response.headers.get(name),
+      text: () => response.text(),
+      discard: async () => void (await response.body?.cancel()),
+    };
+  };
+}
+
 export interface RelayHttpOptions {
   retry?: Partial<RetryPolicy>;
+  /** A `fetch` of your own (tests, a proxy); ignored when `transport` is given. */
   fetch?: typeof fetch;
+  /** Default: `fetch` through `fetchTransport`. */
+  transport?: HttpTransport;
   sleep?: (seconds: number) => Promise<void>;
   /** Per-request timeout, seconds. */
   timeout?: number;
@@ -163,7 +211,7 @@ export class RelayHttp {
   readonly stats: TransportStats = { requests: 0, rateLimited: 0, busy: 0, waited: 0, retryAfter: [] };
   private readonly signer: Signer;
   private readonly retry: RetryPolicy;
-  private readonly fetchImpl: typeof fetch;
+  private readonly transport: HttpTransport;
   private readonly sleep: (seconds: number) => Promise<void>;
   private readonly timeout: number;
 
@@ -171,7 +219,9 @@ export class RelayHttp {
     this.address = address;
     this.signer = signer;
     this.retry = { ...defaultRetry, ...options.retry };
-    this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+    // globalThis.fetch is looked up per request, not here: in Node merely reading it loads
+    // undici, which a client on nodeTransport never needs.
+    this.transport = options.transport ?? fetchTransport(options.fetch ?? ((url, init) => globalThis.fetch(url, init)));
     this.sleep = options.sleep ?? realSleep;
     this.timeout = options.timeout ?? 30;
   }
@@ -200,7 +250,7 @@ export class RelayHttp {
     return { eventId: String(answer[1]), accepted: answer[2], message: answer[3] };
   }
 
-  private async json(response: Response): Promise<unknown> {
+  private async json(response: HttpAnswer): Promise<unknown> {
     const text = await response.text();
     let parsed: unknown;
     try {
@@ -217,7 +267,7 @@ export class RelayHttp {
     await this.sleep(seconds);
   }
 
-  async send(method: string, path: string, body: Uint8Array | null): Promise<Response> {
+  async send(method: string, path: string, body: Uint8Array | null): Promise<HttpAnswer> {
     const url = this.address.url(path);
     let failures = 0;
     let rateLimited = 0;
@@ -231,14 +281,9 @@ export class RelayHttp {
         headers.Authorization = await nip98Header(this.signer, url, method, body);
       }
       this.stats.requests += 1;
-      let response: Response;
+      let response: HttpAnswer;
       try {
-        response = await this.fetchImpl(url, {
-          method,
-          headers,
-          body: (body ?? undefined) as BodyInit | undefined,
-          signal: AbortSignal.timeout(this.timeout * 1000),
-        });
+        response = await this.transport(url, { method, headers, body, timeoutMs: this.timeout * 1000 });
       } catch (error) {
         failures += 1;
         if (failures >= this.retry.maxAttempts || (failures >= this.retry.connectAttempts && isRefused(error))) {
@@ -251,9 +296,9 @@ export class RelayHttp {
       const status = response.status;
       if (status === 429) {
         rateLimited += 1;
-        const header = response.headers.get("Retry-After");
+        const header = response.header("Retry-After");
         let seconds = parseRetryAfter(header);
-        await response.body?.cancel();
+        await response.discard();
         if (rateLimited > this.retry.maxRateLimited || (seconds !== null && seconds > this.retry.cap)) {
           throw new BuzzError("busy", `relay ${this.address.baseUrl} keeps rate-limiting this key (Retry-After ${header})`, { status });
         }
@@ -270,7 +315,7 @@ export class RelayHttp {
           throw new BuzzError("busy", `relay ${this.address.baseUrl} is busy or unavailable (HTTP ${status} ${code}) after ${failures} attempts`, { status, relayCode: code });
         }
         this.stats.busy += 1;
-        const hinted = parseRetryAfter(response.headers.get("Retry-After")) ?? 0;
+        const hinted = parseRetryAfter(response.header("Retry-After")) ?? 0;
         await this.wait(Math.max(Math.min(hinted, this.retry.cap), backoff(this.retry, failures)));
         continue;
       }
@@ -287,7 +332,7 @@ export class RelayHttp {
   }
 }
 
-async function errorFields(response: Response): Promise<{ code: string; message: string }> {
+async function errorFields(response: HttpAnswer): Promise<{ code: string; message: string }> {
   const text = await response.text();
   try {
     const body = JSON.parse(text) as unknown;

@@ -88,6 +88,8 @@ interface RowRecord {
 }
 
 export class SqliteStore implements Store {
+  /** better-sqlite3 writes synchronously (see `Store`). */
+  readonly writesOnCallingThread = true;
   readonly db: Database.Database;
   private readonly statements;
 

@@ -73,6 +73,11 @@ export interface OutboxEntry {
 }
 
 export interface Store {
+  /** `applyPage` writes on the calling thread before it returns (better-sqlite3, memory): a
+   * round then writes a checked page while the verify worker checks the next one. Absent
+   * (IndexedDB, whose commits run in the browser's storage process): each page is handed to
+   * the store as soon as it is checked, so that its commit starts as early as it can. */
+  readonly writesOnCallingThread?: boolean;
   /** The collection's state, created empty on first use. `key` names (relay, community,
    * reader, filter). */
   open(key: string): Promise<CollectionState>;
@@ -178,6 +183,7 @@ interface MemoryCollection {
 
 /** Everything in memory: for tests and tools that sync from scratch each run. */
 export class MemoryStore implements Store {
+  readonly writesOnCallingThread = true;
   private readonly collections = new Map<string, MemoryCollection>();
   private readonly meta = new Map<string, string>();
   private nextOutboxId = 1;

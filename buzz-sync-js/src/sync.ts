@@ -168,7 +168,7 @@ export class Syncer {
     // checked and applied: the relay serves it while we verify signatures and write. Nothing of
     // it is used unless this page was applied (a page that fails its checks ends the round, and
     // the request's answer is dropped).
-    let prefetched: Promise<unknown> | null = null;
+    let prefetched: { answer: Promise<unknown>; arrived: boolean } | null = null;
     // A page's transaction is committing (IndexedDB commits off the page's thread) while the
     // next page is parsed and its signatures checked; it is awaited before the next is applied,
     // and before the round ends or fails, so pages are still applied one at a time, in order.
@@ -196,6 +196,36 @@ export class Syncer {
       summary.waited = this.http.stats.waited - waitedBefore;
       options.onPage?.({ summary, changes: applied.changes, page, state: applied.state });
     };
+    // A page whose checks passed when the next page has already arrived waits here until that
+    // page's signatures are handed to the worker, and is applied then: the worker checks page
+    // N+1 while this thread writes page N (SQLite writes run on this thread, synchronously, so
+    // applying page N at once would leave the worker idle during the write and this thread idle
+    // during the check). Without a worker there is nothing to overlap with, and a page is
+    // applied as soon as it is checked; so it is for a store that commits elsewhere
+    // (IndexedDB: `Store.writesOnCallingThread`), whose commits should start as early as they can.
+    let checkedPage: Page | null = null;
+    const apply = async (): Promise<void> => {
+      if (checkedPage === null) return;
+      const page = checkedPage;
+      checkedPage = null;
+      await settle(); // the page before's state decides this one's plan
+      const startsFull = progress === null || page.reset;
+      let target = liveSlot;
+      if (startsFull) target = (1 - liveSlot) as 0 | 1;
+      else if (roundOpen && targetSlot !== null) target = targetSlot;
+      applying = {
+        page,
+        result: this.store.applyPage(this.key, {
+          expectedVersion: version,
+          target,
+          clearTarget: startsFull,
+          page,
+          continuable: info.incremental,
+          swap: !page.more && target !== liveSlot,
+        }),
+      };
+      applying.result.catch(() => undefined); // surfaces in settle(); never an unhandled rejection
+    };
     const maxPages = options.maxPages ?? Infinity;
     try {
       for (let n = 0; n < maxPages; n += 1) {
@@ -203,9 +233,11 @@ export class Syncer {
         try {
           const ahead = prefetched;
           prefetched = null;
-          body = await (ahead ?? this.fetch(info, progress));
+          body = await (ahead?.answer ?? this.fetch(info, progress));
         } catch (error) {
-          await settle(); // the page before is applied and reported first, as it would have been
+          // The pages before are applied and reported first, as they would have been.
+          await apply();
+          await settle();
           if (!(error instanceof BuzzError) || error.relayCode !== "invalid_progress" || progress === null || tokenRefused) throw error;
           // The relay cannot read our token (its key changed beyond rotation, or storage was
           // edited): start over with a full round rather than give up.
@@ -217,8 +249,10 @@ export class Syncer {
         }
         const next = (body as { progress?: unknown; more?: unknown } | null) ?? {};
         if (next.more === true && typeof next.progress === "string" && next.progress && n + 1 < maxPages) {
-          prefetched = this.fetch(info, next.progress);
-          prefetched.catch(() => undefined); // surfaces when awaited; never an unhandled rejection
+          const ahead = { answer: this.fetch(info, next.progress), arrived: false };
+          // Surfaces when awaited; never an unhandled rejection.
+          ahead.answer.then(() => (ahead.arrived = true), () => (ahead.arrived = true));
+          prefetched = ahead;
         }
         let page: Page;
         let checked: Promise<number | null> | null = null;
@@ -227,33 +261,31 @@ export class Syncer {
           // The page's text when we have it: one string to copy, not every event object.
           if (this.verify && checker !== null) checked = checker.check(answerText(body) ?? servedEvents(body));
         } catch (error) {
+          await apply();
           await settle();
           throw error;
         }
-        await settle();
+        await apply(); // the page before, while the worker checks this one
         if (checked !== null) {
-          const bad = await checked;
-          if (bad === null) verifyEvents(servedEvents(body));
-          else if (bad >= 0) throw forged(servedEvents(body)[bad]);
+          let bad: number | null;
+          try {
+            bad = await checked;
+            if (bad === null) verifyEvents(servedEvents(body));
+            else if (bad >= 0) throw forged(servedEvents(body)[bad]);
+          } catch (error) {
+            await settle();
+            throw error;
+          }
         }
-        const startsFull = progress === null || page.reset;
-        let target = liveSlot;
-        if (startsFull) target = (1 - liveSlot) as 0 | 1;
-        else if (roundOpen && targetSlot !== null) target = targetSlot;
-        applying = {
-          page,
-          result: this.store.applyPage(this.key, {
-            expectedVersion: version,
-            target,
-            clearTarget: startsFull,
-            page,
-            continuable: info.incremental,
-            swap: !page.more && target !== liveSlot,
-          }),
-        };
-        applying.result.catch(() => undefined); // surfaces in settle(); never an unhandled rejection
+        checkedPage = page;
+        // Kept for the next page's check only when that page is already here (while the relay
+        // is still serving it this thread would wait idle, so the page is written now), and
+        // only for a store that writes on this thread.
+        const keep = checked !== null && page.more && prefetched !== null && prefetched.arrived && this.store.writesOnCallingThread === true;
+        if (!keep) await apply();
         if (!page.more) break;
       }
+      await apply();
       await settle();
     } finally {
       // A round that fails (a later page's checks, the network) still waits for the page

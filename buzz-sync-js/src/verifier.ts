@@ -7,6 +7,8 @@
  * A page's events are checked at once (BIP-340 batch verification, verify.c).
  */
 
+import { bytesToHex } from "@noble/hashes/utils.js";
+
 import type { NostrEvent } from "./types.js";
 
 const HEX = new Int8Array(128).fill(-1);
@@ -25,6 +27,10 @@ function hexInto(into: Uint8Array, at: number, text: string, bytes: number): boo
 }
 
 function base64Bytes(text: string): Uint8Array<ArrayBuffer> {
+  // Node decodes natively (~0.1 ms for the module's 178 KB of base64, against 2-6 ms for the
+  // loop below, paid on the round's thread and again in its verify thread); browsers loop.
+  const NodeBuffer = (globalThis as { Buffer?: { from(text: string, encoding: "base64"): Uint8Array } }).Buffer;
+  if (NodeBuffer !== undefined) return new Uint8Array(NodeBuffer.from(text, "base64")) as Uint8Array<ArrayBuffer>;
   const binary = atob(text);
   const bytes = new Uint8Array(binary.length);
   for (let i = 0; i < binary.length; i += 1) bytes[i] = binary.charCodeAt(i);
@@ -97,14 +103,6 @@ export async function loadWasmSigner(secret: Uint8Array): Promise<WasmSigner> {
       return signature;
     },
   };
-}
-
-const HEX_DIGITS = "0123456789abcdef";
-
-function bytesToHex(bytes: Uint8Array): string {
-  let text = "";
-  for (const byte of bytes) text += HEX_DIGITS[byte >> 4] + HEX_DIGITS[byte & 15];
-  return text;
 }
 
 /** Compiles the module; rejects where WebAssembly is missing or refused (a CSP without

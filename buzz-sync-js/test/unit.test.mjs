@@ -577,6 +577,86 @@ test("a page's verify worker is sent the page's text, which parses to the events
   assert.deepEqual(requestedEvents({ id: 1, text: JSON.stringify(body) }), events);
 });
 
+test("with a worker, a page is written while the next one's signatures are checked, or at once while the next is still coming or the store commits elsewhere", async () => {
+  // Three pages; the worker answers after 5 ms. The order of checks handed to the worker and of
+  // pages applied shows the overlap: page N is applied after page N+1's check went out when
+  // page N+1 had arrived, and before it when the relay is still serving it (slow) or the store
+  // commits off this thread (IndexedDB: its commit should start at once).
+  for (const [slow, elsewhere] of [[false, false], [true, false], [false, true]]) {
+    const events = Array.from({ length: 6 }, (_, i) => JSON.parse(JSON.stringify(head(uuidOf(300 + i), CHANNELS[i % 3], `o${i}`))));
+    const bodies = [0, 1, 2].map((i) => ({ events: events.slice(2 * i, 2 * i + 2), removed: [], progress: `p${i + 1}`, more: i < 2, reset: i === 0 }));
+    const order = [];
+    const http = new RelayHttp(RelayAddress.parse("http://relay.test"), keySigner(SECRET), {
+      fetch: async (url, init) => {
+        if (init.method === "GET") return json(200, INFO);
+        const body = bodies.shift();
+        if (slow && body.progress !== "p1") await new Promise((resolve) => setTimeout(resolve, 60));
+        return json(200, body);
+      },
+    });
+    const store = new MemoryStore();
+    if (elsewhere) Object.defineProperty(store, "writesOnCallingThread", { value: undefined });
+    await store.open("k");
+    const apply = store.applyPage.bind(store);
+    store.applyPage = (key, plan) => {
+      order.push(`apply ${plan.page.progress}`);
+      return apply(key, plan);
+    };
+    const worker = {
+      onmessage: null,
+      onerror: null,
+      postMessage(message) {
+        order.push(`check ${JSON.parse(message.text).progress}`);
+        setTimeout(() => this.onmessage({ data: { id: message.id, bad: -1 } }), 5);
+      },
+      terminate() {},
+    };
+    const reported = [];
+    const summary = await new Syncer({ http, store, key: "k", verifyWorker: () => worker }).runRound({ onPage: (p) => reported.push(p.page.progress) });
+    assert.deepEqual(order, slow || elsewhere
+      ? ["check p1", "apply p1", "check p2", "apply p2", "check p3", "apply p3"]
+      : ["check p1", "check p2", "apply p1", "check p3", "apply p2", "apply p3"]);
+    assert.deepEqual(reported, ["p1", "p2", "p3"]);
+    assert.equal(summary.pages, 3);
+    assert.equal(await store.count("k"), 6);
+    assert.equal((await store.state("k")).progress, "p3");
+  }
+});
+
+test("a page kept for the next one's check is still applied when the next page's fetch fails", async () => {
+  // Page 2 arrives, page 3's request fails for good: page 1 (checked, waiting for page 2's
+  // check) and page 2 are applied and reported before the error reaches the caller.
+  const events = Array.from({ length: 4 }, (_, i) => JSON.parse(JSON.stringify(head(uuidOf(400 + i), CHANNELS[i % 3], `f${i}`))));
+  const bodies = [
+    { events: events.slice(0, 2), removed: [], progress: "p1", more: true, reset: true },
+    { events: events.slice(2), removed: [], progress: "p2", more: true, reset: false },
+  ];
+  const http = new RelayHttp(RelayAddress.parse("http://relay.test"), keySigner(SECRET), {
+    retry: { maxAttempts: 1 },
+    fetch: async (url, init) => {
+      if (init.method === "GET") return json(200, INFO);
+      const body = bodies.shift();
+      return body ? json(200, body) : json(400, { error: "invalid_filter" });
+    },
+  });
+  const store = new MemoryStore();
+  await store.open("k");
+  const worker = {
+    onmessage: null,
+    onerror: null,
+    postMessage(message) {
+      setTimeout(() => this.onmessage({ data: { id: message.id, bad: -1 } }), 5);
+    },
+    terminate() {},
+  };
+  const reported = [];
+  await assert.rejects(new Syncer({ http, store, key: "k", verifyWorker: () => worker }).runRound({ onPage: (p) => reported.push(p.page.progress) }), /invalid_filter/);
+  assert.deepEqual(reported, ["p1", "p2"]);
+  const state = await store.state("k");
+  assert.equal(state.progress, "p2");
+  assert.equal(state.roundOpen, true);
+});
+
 test("a Node verify thread holds the process open while it checks a page, and not after", () => {
   // Awaiting an answer with nothing else pending: the process must wait for it (else Node ends
   // it mid-round), and then exit although the thread was never terminated.

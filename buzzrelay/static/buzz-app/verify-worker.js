@@ -1,1 +1,1 @@
-import{b as a,c as n,d as r}from"./chunk-LGKD6X2Z.js";var o=globalThis,t=a();o.onmessage=({data:e})=>{t.then(s=>o.postMessage({id:e.id,bad:n(s,r(e))})).catch(s=>o.postMessage({id:e.id,error:String(s)}))};
+import{o as a,p as n,q as r}from"./chunk-QF2QXK7D.js";var o=globalThis,t=a();o.onmessage=({data:e})=>{t.then(s=>o.postMessage({id:e.id,bad:n(s,r(e))})).catch(s=>o.postMessage({id:e.id,error:String(s)}))};
