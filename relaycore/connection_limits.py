@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any, cast
 
 import httptools
 import orjson
@@ -218,13 +219,86 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._head_bytes = 0
 
 
+class CoalescingTransport:
+    """A transport whose application frames within one turn of the loop after the first go out
+    together.
+
+    uvicorn's websockets-sansio protocol writes each frame to the transport as it is sent, and
+    a socket transport with nothing buffered sends at once: a system call per frame, 500 for a
+    500-event replay (and as many reads for the client). Here, while `coalescing` (set by the
+    protocol around an application's send), the first write of a turn goes out at once as
+    before (a lone OK waits for nothing), and the writes that follow it in the same turn are
+    joined and written once, at the loop's next turn, in order: the same bytes, the same frames,
+    fewer calls. Any other write (a pong, a close) first writes what is held, then goes out as
+    it did. Closing writes what is held first; aborting drops it, as the socket transport drops
+    its own buffer. Everything else is the transport's.
+    Hand-written: neither uvicorn nor asyncio coalesce writes (asyncio has no cork)."""
+
+    def __init__(self, transport: asyncio.WriteTransport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+        self._turn: asyncio.Handle | None = None  # set from a turn's first frame to its end
+        self.coalescing = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def write(self, data: bytes) -> None:
+        if not self.coalescing:
+            self.flush()
+            self._transport.write(data)
+        elif self._turn is None:
+            self._turn = self._loop.call_soon(self._end_turn)
+            self._transport.write(data)
+        elif data:
+            self._held.append(data)
+
+    def _end_turn(self) -> None:
+        self._turn = None
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what this turn held (nothing once the transport is closing)."""
+        if self._held:
+            data = b"".join(self._held)
+            self._held.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._held.clear()
+        self._transport.abort()
+
+
 class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):  # type: ignore[misc]
-    """uvicorn's websockets-sansio protocol that reads only as fast as the client does."""
+    """uvicorn's websockets-sansio protocol that reads only as fast as the client does, its
+    writes coalesced (`CoalescingTransport`)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
+        # uvloop's transports write like asyncio's but are not its classes: no isinstance.
+        self._coalescing = CoalescingTransport(cast(asyncio.WriteTransport, transport),
+                                               asyncio.get_running_loop())
+        super().connection_made(cast(asyncio.BaseTransport, self._coalescing))
         self._write_paused = False
         self._stall_timer = _Timer(self._stalled)
+
+    async def send(self, message: Any) -> None:
+        if message["type"] != "websocket.send":
+            await super().send(message)
+            return
+        # Coalesced: the application's frames (`CoalescingTransport`). Once writable, uvicorn's
+        # send runs to its write without suspending, so nothing else writes meanwhile.
+        await self.writable.wait()
+        self._coalescing.coalescing = True
+        try:
+            await super().send(message)
+        finally:
+            self._coalescing.coalescing = False
 
     def pause_writing(self) -> None:
         super().pause_writing()

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import DatabaseError
@@ -141,6 +142,35 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     community: Any
     hub: SyncHub | None = None
 
+    # Channels' own loop (`AsyncConsumer.__call__`) costs every client frame a task and an
+    # `asyncio.wait` for its receive (`await_many_dispatch`, built to also read a channel-layer
+    # channel this consumer does not have), and its `dispatch` a hop to asgiref's thread for
+    # Django's `close_old_connections`, whose only connections there are those of sync code
+    # run thread-sensitively, which this consumer never does (its database work runs on
+    # `run_db`'s threads, which manage their own, and on the loop's asyncio pool). Measured
+    # in-process (bench/profile_ws.py, docs/performance.md): those were the largest share of a
+    # WebSocket EVENT's loop CPU outside the write itself. So frames are read and dispatched
+    # here, one after another as Channels does, with its handlers (`websocket_connect`,
+    # `websocket_receive`, `websocket_disconnect`, whose StopConsumer ends the loop).
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.scope = scope
+        self.channel_layer = None
+        self.base_send = send
+        handlers = {
+            "websocket.connect": self.websocket_connect,
+            "websocket.receive": self.websocket_receive,
+            "websocket.disconnect": self.websocket_disconnect,
+        }
+        try:
+            while True:
+                message = await receive()
+                handler = handlers.get(message["type"])
+                if handler is None:
+                    raise ValueError(f"No handler for message type {message['type']}")
+                await handler(message)
+        except StopConsumer:
+            pass
+
     async def connect(self) -> None:
         shutdown.handshake_started(self)
         try:
@@ -215,6 +245,15 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     def _reply(self, frame: str) -> None:
         assert self.outbox is not None
         if not self.outbox.put_reply(frame) and not self.closing:
+            self.closing = True
+            self._closer = asyncio.ensure_future(
+                self._close(CLOSE_POLICY, "too slow: the client is not reading")
+            )
+
+    def _replies(self, frames: list[str]) -> None:
+        """`_reply` for several frames, queued together (`Outbox.put_replies`)."""
+        assert self.outbox is not None
+        if not self.outbox.put_replies(frames) and not self.closing:
             self.closing = True
             self._closer = asyncio.ensure_future(
                 self._close(CLOSE_POLICY, "too slow: the client is not reading")
@@ -412,16 +451,26 @@ class SyncConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                 if not self._replaying(sub):
                     return None
                 size = 0
+                # The page's frames are queued together (one drain for all of them), each only
+                # while what is queued, these included, stays within the window.
+                frames: list[str] = []
+                held = 0
                 for _, event_id, raw in page:
                     size += len(raw)
                     if event_id in sent:
                         continue
-                    if self.outbox.queued_bytes > window and (
-                        not await self.outbox.below(window) or not self._replaying(sub)
-                    ):
-                        return None
+                    if self.outbox.queued_bytes + held > window:
+                        self._replies(frames)
+                        frames, held = [], 0
+                        if self.outbox.queued_bytes > window and (
+                            not await self.outbox.below(window) or not self._replaying(sub)
+                        ):
+                            return None
                     sent.add(event_id)
-                    self._reply(event_frame(sub.prefix, raw))
+                    frame = event_frame(sub.prefix, raw)
+                    frames.append(frame)
+                    held += len(frame)
+                self._replies(frames)
                 if len(page) < asked:
                     break
                 remaining -= len(page)

@@ -150,3 +150,42 @@ def test_a_replay_waits_below_its_mark_until_the_client_reads_or_goes_away() -> 
         assert waiter.result() is False and outbox.queued_bytes == 0
 
     asyncio.run(scenario())
+
+
+def test_replies_queued_together_go_out_in_order_by_one_drain() -> None:
+    async def scenario() -> None:
+        socket = Socket()
+        outbox = Outbox(socket.send, max_live=3, max_bytes=10_000)
+        kicks = 0
+        kick = outbox._kick
+
+        def counting_kick() -> None:
+            nonlocal kicks
+            kicks += 1
+            kick()
+
+        outbox._kick = counting_kick  # type: ignore[method-assign]
+        assert outbox.put_replies(["e0", "e1", "e2"])
+        assert socket.sent == ["e0", "e1", "e2"] and outbox.idle and kicks == 1
+        assert outbox.put_replies([]) and kicks == 1
+        # Behind a frame in flight they wait, in order, counted in the queued bytes.
+        socket.open.clear()
+        outbox.put_reply("r0")
+        assert outbox.put_replies(["e3", "e4"])
+        assert outbox.queued_bytes == 4
+        socket.open.set()
+        await _settle()
+        assert socket.sent[3:] == ["r0", "e3", "e4"] and outbox.queued_bytes == 0
+
+    asyncio.run(scenario())
+
+
+def test_replies_queued_together_past_max_bytes_say_the_client_is_not_reading() -> None:
+    async def scenario() -> None:
+        socket = Socket()
+        socket.open.clear()
+        outbox = Outbox(socket.send, max_live=1000, max_bytes=100)
+        assert outbox.put_replies(["x" * 60, "y" * 60])  # x in flight, y queued
+        assert not outbox.put_replies(["z" * 50])  # over max_bytes: the connection closes it
+
+    asyncio.run(scenario())
