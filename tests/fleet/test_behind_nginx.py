@@ -203,7 +203,9 @@ def cleanup() -> Iterator[contextlib.ExitStack]:
 
 
 def _rolling_restart(dep: Deployment, fleet: list[Relay]) -> None:
-    """Stop and start each instance of `fleet` in turn, each back and ready before the next."""
+    """Stop and start each instance of `fleet` in turn, each back and ready before the next,
+    with 2 s of the clients' load before the first and after the last."""
+    time.sleep(2)
     for index, relay in enumerate(list(fleet)):
         # uvicorn re-raises SIGTERM once its graceful shutdown is over.
         assert relay.stop() in (0, -signal.SIGTERM), relay.log()
@@ -214,6 +216,7 @@ def _rolling_restart(dep: Deployment, fleet: list[Relay]) -> None:
         # With 1 s here, one CI run stopped the third instance while the second was still
         # out, and a 500 from the third's drain emptied the pool: 502 "no live upstreams".
         time.sleep(NGINX_FAIL_TIMEOUT + 1)
+    time.sleep(2)
 
 
 def _ready(relay: Relay) -> bool:
@@ -279,10 +282,7 @@ def test_rolling_restart_behind_nginx_loses_no_answer_and_every_client_converges
             raise AssertionError([(s.connects, s.errors) for s in subscribers],
                                  dict(answers.statuses), errors, proxy.log()[-3000:],
                                  [relay.log()[-2000:] for relay in fleet]) from None
-        time.sleep(2)
-
         _rolling_restart(dep, fleet)
-        time.sleep(2)
     finally:
         stop.set()
         for thread in threads:
@@ -404,9 +404,7 @@ def test_websocket_handshakes_through_nginx_are_answered_during_a_rolling_restar
     for thread in threads:
         thread.start()
     try:
-        time.sleep(2)
         _rolling_restart(dep, fleet)
-        time.sleep(2)
     finally:
         stop.set()
         for thread in threads:
