@@ -288,6 +288,10 @@ export class IndexedDbStore implements Store {
       }
       const after = stateAfter(before, plan);
       collections.put({ key, state: after, id } satisfies CollectionRecord);
+      // Nothing more is asked of the transaction: commit now rather than when this thread has
+      // taken the last put's success event and turned its event loop (IndexedDB's auto-commit),
+      // so the storage process starts the commit as soon as it has the writes.
+      tx.commit?.();
       result = { state: after, changes };
     } catch (error) {
       try {
