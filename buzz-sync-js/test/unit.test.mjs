@@ -749,3 +749,41 @@ test("sqlite: a file of the first layout is migrated once, whole: collections, t
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("IndexedDB: a first sync going live hands over its rows as the swap's changes, re-read unless this store saw the whole round", async () => {
+  const [a, b, c, e, f] = [1, 2, 3, 5, 6].map((n) => stamped(uuidOf(n), CHANNELS[n % 3], `Task ${n}`, 1_700_000_000 + n));
+  const pages = [
+    parsePage({ events: [a, b, c], removed: [], progress: "p1", more: true, reset: true }, true),
+    parsePage({ events: [e], removed: [{ d: uuidOf(2), reason: "deleted" }], progress: "p2", more: true, reset: false }, true),
+    parsePage({ events: [f], removed: [], progress: "p3", more: false, reset: false }, true),
+  ];
+  const plan = (n) => ({ expectedVersion: n, target: 1, clearTarget: n === 0, page: pages[n], continuable: true, swap: n === 2 });
+  for (const split of [false, true]) {
+    const factory = new IDBFactory();
+    const store = await IndexedDbStore.open("first", factory, IDBKeyRange);
+    await store.open("k");
+    await store.applyPage("k", plan(0));
+    await store.applyPage("k", plan(1));
+    // split: the round's last page written by another object (another tab, a reload): it did
+    // not see the round's first pages, so the collection is read again.
+    const last = split ? await IndexedDbStore.open("first", factory, IDBKeyRange) : store;
+    const { changes } = await last.applyPage("k", plan(2));
+    assert.equal(changes.added, 4);
+    if (split) {
+      assert.equal(changes.upserted, null);
+      assert.equal(changes.deleted, null);
+    } else {
+      assert.deepEqual(changes.upserted.map((r) => r.d).sort(), [1, 3, 5, 6].map(uuidOf));
+      assert.deepEqual(changes.upserted.map((r) => r.eventId).sort(), [a, c, e, f].map((x) => x.id).sort());
+      assert.deepEqual(changes.deleted, []);
+    }
+    assert.deepEqual((await store.query("k", {})).map((r) => r.d).sort(), [1, 3, 5, 6].map(uuidOf));
+    // A later full round over a live slot that holds rows: re-read, as before.
+    const again = parsePage({ events: [a], removed: [], progress: "q1", more: false, reset: true }, true);
+    const swapped = await store.applyPage("k", { expectedVersion: 3, target: 0, clearTarget: true, page: again, continuable: true, swap: true });
+    assert.equal(swapped.changes.upserted, null);
+    assert.deepEqual([swapped.changes.added, swapped.changes.removed], [0, 3]);
+    await store.close();
+    if (split) await last.close();
+  }
+});
