@@ -42,7 +42,10 @@ export function nodeTransport(): HttpTransport {
             clearTimeout(timer);
             failed(new Error("the answer broke off", { cause: error }));
           });
-          response.on("aborted", () => failed(new Error("the answer broke off", { cause: { code: "ECONNRESET" } })));
+          response.on("aborted", () => {
+            clearTimeout(timer); // else the deadline's timer would hold Node open until it fires
+            failed(new Error("the answer broke off", { cause: { code: "ECONNRESET" } }));
+          });
         });
         ended.catch(() => undefined); // surfaces through text(); never an unhandled rejection
         resolve({
