@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -36,6 +37,7 @@ import httptools
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.protocol import State
 
 from relaycore.addressing import RequestAddress, host_error, host_header_error
 from relaycore.asgi_types import ASGIApp, Receive, Scope, Send
@@ -275,6 +277,27 @@ class CoalescingTransport:
         self._transport.abort()
 
 
+_FRAME_HEAD_16 = struct.Struct("!BBH")
+_FRAME_HEAD_64 = struct.Struct("!BBQ")
+_FIN_TEXT = 0x81  # FIN, opcode 1 (text)
+
+
+def text_frame(payload: bytes) -> bytes:
+    """A server's unmasked, unfragmented text frame (RFC 6455 section 5.2) of `payload`.
+
+    The same bytes as websockets' `Frame(TEXT, payload).serialize(mask=False)` (a test compares
+    them), for a fraction of the calls: the library builds a `Frame`, checks it, and writes it
+    through an `io.BytesIO`, 6-10 us a frame that a 500-event replay paid 500 times (and every
+    live event once per subscriber). Hand-written for that measurement (bench/peer.py's replay,
+    docs/performance.md): only the length's encoding is ours."""
+    length = len(payload)
+    if length < 126:
+        return bytes((_FIN_TEXT, length)) + payload
+    if length < 65536:
+        return _FRAME_HEAD_16.pack(_FIN_TEXT, 126, length) + payload
+    return _FRAME_HEAD_64.pack(_FIN_TEXT, 127, length) + payload
+
+
 class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):  # type: ignore[misc]
     """uvicorn's websockets-sansio protocol that reads only as fast as the client does, its
     writes coalesced (`CoalescingTransport`)."""
@@ -296,9 +319,29 @@ class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):  # type: ignore[misc]
         await self.writable.wait()
         self._coalescing.coalescing = True
         try:
-            await super().send(message)
+            text = message.get("text")
+            if text is not None and message.get("bytes") is None and self._plain_text_frames():
+                self.transport.write(text_frame(text.encode()))
+            else:
+                await super().send(message)
         finally:
             self._coalescing.coalescing = False
+
+    def _plain_text_frames(self) -> bool:
+        """Whether a text message may be framed here (`text_frame`) rather than by websockets'
+        `Protocol.send_text`: the connection is open both ways with nothing of the library's
+        waiting to be written, and no extension transforms frames (permessage-deflate is off,
+        buzzrelay/server.py). Otherwise uvicorn's own send runs, with its errors."""
+        conn = self.conn
+        return (
+            self.handshake_complete
+            and not self.disconnected
+            and not self.close_sent
+            and conn.state is State.OPEN
+            and not conn.expect_continuation_frame
+            and not conn.extensions
+            and not conn.writes
+        )
 
     def pause_writing(self) -> None:
         super().pause_writing()
