@@ -67,6 +67,12 @@ HEAD_TIMEOUT_SECONDS = 10.0
 # empties the buffer below its low mark now and then, which restarts the clock. nginx's
 # send_timeout is 60 s; a client the relay has stopped reading from costs only its buffers.
 STALL_SECONDS = 30.0
+# At most this much of a turn's frames is held back (`CoalescingTransport`) before it goes to
+# the transport: held bytes are not in the transport's buffer, so its flow control (which pauses
+# the application's sends, and so makes a slow client's outbox drop with a NOTICE) would not see
+# them, and one long turn (a backlog of live events fanned out without a pause) would hold every
+# frame of it. asyncio's own high-water mark is 64 KiB.
+HELD_MAX_BYTES = 64 * 1024
 
 
 def _seconds(name: str, default: float) -> float:
@@ -231,7 +237,8 @@ class CoalescingTransport:
     protocol around an application's send), the first write of a turn goes out at once as
     before (a lone OK waits for nothing), and the writes that follow it in the same turn are
     joined and written once, at the loop's next turn, in order: the same bytes, the same frames,
-    fewer calls. Any other write (a pong, a close) first writes what is held, then goes out as
+    fewer calls. Once more than HELD_MAX_BYTES are held they go at once, so that a long turn
+    stays under the transport's flow control. Any other write (a pong, a close) first writes what is held, then goes out as
     it did. Closing writes what is held first; aborting drops it, as the socket transport drops
     its own buffer. Everything else is the transport's.
     Hand-written: neither uvicorn nor asyncio coalesce writes (asyncio has no cork)."""
@@ -240,6 +247,7 @@ class CoalescingTransport:
         self._transport = transport
         self._loop = loop
         self._held: list[bytes] = []
+        self._held_bytes = 0
         self._turn: asyncio.Handle | None = None  # set from a turn's first frame to its end
         self.coalescing = False
 
@@ -255,6 +263,9 @@ class CoalescingTransport:
             self._transport.write(data)
         elif data:
             self._held.append(data)
+            self._held_bytes += len(data)
+            if self._held_bytes > HELD_MAX_BYTES:
+                self.flush()
 
     def _end_turn(self) -> None:
         self._turn = None
@@ -265,6 +276,7 @@ class CoalescingTransport:
         if self._held:
             data = b"".join(self._held)
             self._held.clear()
+            self._held_bytes = 0
             if not self._transport.is_closing():
                 self._transport.write(data)
 
@@ -274,6 +286,7 @@ class CoalescingTransport:
 
     def abort(self) -> None:
         self._held.clear()
+        self._held_bytes = 0
         self._transport.abort()
 
 

@@ -1,13 +1,14 @@
 """The WebSocket protocol's transport (`CoalescingTransport`): a turn's first write goes out at
 once, the writes after it in the same turn go out together at the next turn, in order; close
-writes what is held first, abort drops it."""
+writes what is held first, abort drops it; and a long turn holds at most HELD_MAX_BYTES, so the
+transport's flow control sees the rest."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from relaycore.connection_limits import CoalescingTransport
+from relaycore.connection_limits import HELD_MAX_BYTES, CoalescingTransport
 
 
 class FakeTransport:
@@ -54,6 +55,25 @@ def test_a_lone_write_goes_out_at_once_and_a_burst_in_one_write_after_it() -> No
         await asyncio.sleep(0)
         transport.write(b"d")
         assert fake.writes == [b"a", b"bc", b"d"]
+
+    asyncio.run(scenario())
+
+
+def test_a_long_turn_holds_back_at_most_the_limit() -> None:
+    """Past HELD_MAX_BYTES, what is held goes to the transport within the same turn (in order),
+    where its buffer's flow control can pause the sender."""
+
+    async def scenario() -> None:
+        transport, fake = _coalescing()
+        frame = b"x" * 1000
+        count = 3 * HELD_MAX_BYTES // len(frame)
+        for _ in range(count):
+            transport.write(frame)
+        written = sum(map(len, fake.writes))
+        assert count * len(frame) - written <= HELD_MAX_BYTES  # still in the same turn
+        assert len(fake.writes) >= 3
+        await asyncio.sleep(0)
+        assert b"".join(fake.writes) == frame * count
 
     asyncio.run(scenario())
 
@@ -155,5 +175,62 @@ def test_the_websocket_protocol_writes_an_applications_burst_of_frames_together(
         assert got == [f"frame {n}" for n in range(50)]
         # The turn's first frame at once, the other 49 together (a write each before).
         assert frame_writes == [1, 49], frame_writes
+
+    asyncio.run(scenario())
+
+
+def test_an_application_that_never_yields_is_paused_by_a_client_that_does_not_read() -> None:
+    """Through uvicorn: an application sending 64 MiB of frames back to back, in one turn for as
+    long as its sends do not suspend, to a client that reads nothing is paused (its send waits)
+    once the socket's and the transport's buffers are full; it does not hand every frame over,
+    held in memory until its turn ends."""
+    import socket
+
+    import uvicorn
+    from websockets.asyncio.client import connect
+
+    from buzzrelay.embedded import free_port
+    from relaycore.connection_limits import BoundedWebSocketProtocol
+
+    frame = "f" * 16 * 1024
+    total = 4096  # 64 MiB
+    handed_over = [0]
+    paused = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            return
+        await receive()
+        await send({"type": "websocket.accept"})
+        for _ in range(total):
+            try:
+                await asyncio.wait_for(send({"type": "websocket.send", "text": frame}), 1.0)
+            except TimeoutError:  # waited for the client
+                paused.set()
+                break
+            handed_over[0] += 1
+        await receive()
+
+    async def scenario() -> None:
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(
+            app, host="127.0.0.1", port=port, ws=BoundedWebSocketProtocol, lifespan="off",
+            log_level="warning", loop="asyncio"))
+        serving = asyncio.create_task(server.serve())
+        try:
+            for _ in range(100):
+                if server.started:
+                    break
+                await asyncio.sleep(0.05)
+            async with connect(f"ws://127.0.0.1:{port}/", compression=None, max_size=None,
+                               max_queue=1) as ws:
+                sock = ws.transport.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+                ws.transport.pause_reading()  # the client reads nothing
+                await asyncio.wait_for(paused.wait(), 20)
+        finally:
+            server.should_exit = True
+            await serving
+        assert handed_over[0] < total // 2, handed_over[0]
 
     asyncio.run(scenario())
