@@ -238,9 +238,9 @@ class CoalescingTransport:
     before (a lone OK waits for nothing), and the writes that follow it in the same turn are
     joined and written once, at the loop's next turn, in order: the same bytes, the same frames,
     fewer calls. Once more than HELD_MAX_BYTES are held they go at once, so that a long turn
-    stays under the transport's flow control. Any other write (a pong, a close) first writes what is held, then goes out as
-    it did. Closing writes what is held first; aborting drops it, as the socket transport drops
-    its own buffer. Everything else is the transport's.
+    stays under the transport's flow control. Any other write (a pong, a close) first writes
+    what is held, then goes out as it did. Closing writes what is held first; aborting drops
+    it, as the socket transport drops its own buffer. Everything else is the transport's.
     Hand-written: neither uvicorn nor asyncio coalesce writes (asyncio has no cork)."""
 
     def __init__(self, transport: asyncio.WriteTransport, loop: asyncio.AbstractEventLoop) -> None:

@@ -215,6 +215,11 @@ class SyncHub:
                 await self.handle(message)
             except Exception:
                 logger.exception("sync hub: a live message could not be handled")
+            # A turn of the loop per message. A backlog's messages come from the layer's buffer
+            # without a pause, and each one's frames reach a socket only as the loop turns:
+            # handled in one turn, a backlog kept every subscriber waiting, its sockets unwritten
+            # and its slow clients' drops unannounced, until the whole of it was fanned out.
+            await asyncio.sleep(0)
             if time.monotonic() - rejoined > REJOIN_SECONDS:
                 rejoined = time.monotonic()
                 for community_id in list(self._clients):

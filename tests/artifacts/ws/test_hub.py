@@ -6,6 +6,7 @@ path delivers)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Sequence
 
@@ -80,5 +81,52 @@ def test_messages_missing_from_the_sequence_count_as_lost() -> None:
         await asyncio.sleep(SEQUENCE_GRACE_SECONDS + 0.2)
         assert _drops("lost") - before == 2
         assert subscriber.missed == [2]
+
+    asyncio.run(scenario())
+
+
+def test_the_loop_turns_between_two_messages_of_a_backlog() -> None:
+    """Messages the layer hands over without a pause (a backlog in its buffer) are handled one
+    loop turn each: sockets are written, and other connections served, between two of them."""
+
+    class BufferedLayer:
+        def __init__(self, messages: list[dict[str, object]]) -> None:
+            self.messages = messages
+
+        async def receive(self, channel: str) -> dict[str, object]:
+            if self.messages:
+                return self.messages.pop(0)
+            await asyncio.Event().wait()  # the backlog is over
+            raise AssertionError
+
+    async def scenario() -> None:
+        hub = _hub_with([Subscriber()])
+        hub._channel = "hub"
+        now = time.time()
+        hub.layer = BufferedLayer(
+            [LiveMessage(COMMUNITY, seq=n, sent_at=now).to_layer() for n in range(1, 6)])
+        order: list[str] = []
+        handle = hub.handle
+
+        async def handled(message: dict[str, object]) -> None:
+            order.append("message")
+            await handle(message)
+
+        hub.handle = handled  # type: ignore[method-assign]
+
+        async def other_connection() -> None:
+            while True:
+                order.append("turn")
+                await asyncio.sleep(0)
+
+        other = asyncio.create_task(other_connection())
+        receiving = asyncio.create_task(hub._receive_forever())
+        for _ in range(50):
+            await asyncio.sleep(0)
+        receiving.cancel()
+        other.cancel()
+        messages = [i for i, what in enumerate(order) if what == "message"]
+        assert len(messages) == 5
+        assert all(b - a > 1 for a, b in itertools.pairwise(messages)), order
 
     asyncio.run(scenario())
