@@ -68,9 +68,17 @@ def test_an_open_connections_text_goes_out_without_the_librarys_send_text() -> N
             super().connection_made(transport)
             conn = self.conn
             send_text, send_binary = conn.send_text, conn.send_binary
-            conn.send_text = lambda *a, **k: (library_sends.append("text"), send_text(*a, **k))
-            conn.send_binary = lambda *a, **k: (
-                library_sends.append("binary"), send_binary(*a, **k))
+
+            def watched_text(*args: Any, **kwargs: Any) -> None:
+                library_sends.append("text")
+                send_text(*args, **kwargs)
+
+            def watched_binary(*args: Any, **kwargs: Any) -> None:
+                library_sends.append("binary")
+                send_binary(*args, **kwargs)
+
+            conn.send_text = watched_text  # type: ignore[method-assign]
+            conn.send_binary = watched_binary  # type: ignore[method-assign]
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "websocket":

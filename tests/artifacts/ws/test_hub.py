@@ -9,6 +9,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from prometheus_client import REGISTRY
 
@@ -108,11 +109,11 @@ def test_the_loop_turns_between_two_messages_of_a_backlog() -> None:
         order: list[str] = []
         handle = hub.handle
 
-        async def handled(message: dict[str, object]) -> None:
+        async def handled(message: dict[str, Any]) -> None:
             order.append("message")
             await handle(message)
 
-        hub.handle = handled  # type: ignore[method-assign]
+        hub.handle = handled  # type: ignore[method-assign,assignment]
 
         async def other_connection() -> None:
             while True:
