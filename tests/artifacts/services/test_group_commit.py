@@ -21,7 +21,8 @@ from psycopg.pq import TransactionStatus
 
 from artifacts.models import ArtifactHead, ArtifactRevision, ChannelMember, Community, Event
 from artifacts.selectors.fence import FENCE_STATEMENT, prepare_fence
-from artifacts.services import transactions
+from artifacts.selectors.permissions import ACCESS_SQL
+from artifacts.services import async_ingest, transactions
 from artifacts.services.artifact_revisions import artifact_lock_key
 from artifacts.services.group_commit import ConnectionSource, GroupCommit
 from artifacts.services.ingest import IngestResult
@@ -292,6 +293,42 @@ def test_a_refused_create_among_independent_creates_takes_back_itself_alone() ->
     accepted = {e["id"] for e, r in zip(events, results, strict=True) if r.message == ""}
     assert _stored(community) - before == accepted
     assert ArtifactHead.objects.filter(community=community).count() == 1 + len(accepted)
+
+
+def test_a_run_of_creates_asks_each_authors_standing_once_and_answers_each_by_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of independent creates runs behind one savepoint, and asks a standing (an author in
+    a channel) once for all its creates that need it: each create is still answered by its own
+    author's standing in its own channel (a member and an outsider writing in a private channel
+    in one run), and the batch commits without releasing its savepoints first (COMMIT does)."""
+    community = make_community("shared-reads.example")
+    member, outsider = make_key(), make_key()
+    h = make_channel(community, owner=member)
+    private = make_channel(community, owner=member, visibility="private")
+    sent: list[tuple[str, Any]] = []
+    pipeline = async_ingest._pipeline
+
+    async def spy(conn: psycopg.AsyncConnection[Any], batch: Any) -> Any:
+        sent.extend(batch)
+        return await pipeline(conn, batch)
+
+    monkeypatch.setattr(async_ingest, "_pipeline", spy)
+    events = [_create(member, private), _create(member, private), _create(member, h),
+              _create(member, h), _create(member, private)]
+    results, batches = _in_one_batch(community, events)
+    assert (batches, [r.message for r in results]) == (1, [""] * 5)
+    assert [sql for sql, _ in sent].count(ACCESS_SQL) == 2  # member in private, member in h
+    assert [sql for sql, _ in sent if sql.startswith("SAVEPOINT ")] == ["SAVEPOINT buzz_creates"]
+    assert sent[-1][0] == "COMMIT" and not sent[-2][0].startswith("RELEASE SAVEPOINT ")
+    assert _stored(community) >= {e["id"] for e in events}
+
+    mixed = [_create(member, private), _create(outsider, private), _create(outsider, h),
+             _create(member, private), _create(outsider, private), _create(member, h)]
+    results, batches = _in_one_batch(community, mixed)
+    refused = f"restricted: cannot write in channel {private}"
+    assert (batches, [r.message for r in results]) == (1, ["", refused, "", "", refused, ""])
+    accepted = {e["id"] for e, r in zip(mixed, results, strict=True) if r.accepted}
+    assert _stored(community) & {e["id"] for e in mixed} == accepted
 
 
 def _settled_sequence(group: str) -> int:
