@@ -56,6 +56,7 @@ _COMMIT: Statement = ("COMMIT", ())
 _SAVEPOINT: Statement = ("SAVEPOINT buzz_write", ())
 _RELEASE: Statement = ("RELEASE SAVEPOINT buzz_write", ())
 _ROLLBACK_TO = "ROLLBACK TO SAVEPOINT "
+_ROLLBACK: Statement = ("ROLLBACK", ())
 _SAVEPOINTS = ("SAVEPOINT ", "RELEASE SAVEPOINT ", _ROLLBACK_TO)
 
 
@@ -117,10 +118,10 @@ async def _pipeline(conn: psycopg.AsyncConnection[Any], batch: Batch) -> list[Ro
         cursors = []
         for sql, params in batch:
             cursor = conn.cursor()
-            if not sql.startswith(_SAVEPOINTS):
-                await cursor.execute(sql, params, prepare=True)
-            elif sql.startswith(_ROLLBACK_TO):
+            if sql.startswith(_ROLLBACK_TO) or sql == _ROLLBACK[0]:
                 await _execute_unwatched(cursor, sql)
+            elif not sql.startswith(_SAVEPOINTS):
+                await cursor.execute(sql, params, prepare=True)
             else:  # named per write: not worth a prepared statement each
                 await cursor.execute(sql, params, prepare=False)
             cursors.append(cursor)
@@ -300,7 +301,9 @@ def _independent_creates(writes: Sequence[Write], start: int) -> int:
 
 
 # The savepoint a run of independent creates runs behind (`_drive_creates`).
-_RUN_SAVEPOINT = "buzz_creates"
+_SAVEPOINT_RUN: Statement = ("SAVEPOINT buzz_creates", ())
+_ROLLBACK_TO_RUN: Statement = (_ROLLBACK_TO + "buzz_creates", ())
+_RELEASE_RUN: Statement = ("RELEASE SAVEPOINT buzz_creates", ())
 
 
 async def _drive_creates(
@@ -322,8 +325,13 @@ async def _drive_creates(
     own (the second number returned), then it and the ones after it, so it is refused on its
     own, by the same rows (or by what another transaction changed meanwhile, as it could have
     before it arrived). Refusals are the rare case; the common one pays one savepoint for the
-    run instead of one a create."""
-    statements: list[Statement] = [*batch.pending, (f"SAVEPOINT {_RUN_SAVEPOINT}", ())]
+    run instead of one a create, and none when nothing accepted came before the run in the
+    batch (two workers' batches are mostly one run of two creates): a refusal then rolls the
+    whole transaction back and begins it again, which takes nothing else back."""
+    whole = not batch.committed  # the transaction holds nothing a ROLLBACK would lose
+    statements: list[Statement] = list(batch.pending)
+    if not whole:
+        statements.append(_SAVEPOINT_RUN)
     shared: dict[tuple[str, Any], int] = {}  # a shared read -> its place in `statements`
     started = []
     for write in writes[start:start + count]:
@@ -355,14 +363,14 @@ async def _drive_creates(
             batch.committed = batch.committed[:len(batch.committed) - position]
             for earlier in range(start, start + position):
                 batch.results[earlier] = None
-            batch.pending = ((_ROLLBACK_TO + _RUN_SAVEPOINT, ()),
-                             (f"RELEASE SAVEPOINT {_RUN_SAVEPOINT}", ()))
+            batch.pending = ((_ROLLBACK, _BEGIN, budget_statement()) if whole
+                             else (_ROLLBACK_TO_RUN, _RELEASE_RUN))
             if position == 0:
                 batch.results[start] = refusal(event.id, exc)
                 return 1, 0
             return 0, position
         raise RuntimeError(f"the create {event.id} asked for a second batch")
-    batch.pending = (*finishing, (f"RELEASE SAVEPOINT {_RUN_SAVEPOINT}", ()))
+    batch.pending = tuple(finishing) if whole else (*finishing, _RELEASE_RUN)
     return count, 0
 
 
@@ -377,9 +385,9 @@ def _shared_key(statement: Statement) -> tuple[str, Any] | None:
 
 
 async def _execute_unwatched(cursor: psycopg.AsyncCursor[Any], sql: str) -> None:
-    """Send a ROLLBACK TO SAVEPOINT unprepared, and out of sight of psycopg's cache of prepared
-    statements: on a "ROLLBACK" command tag psycopg deallocates every statement the session
-    prepared (the fence's and the writes' own), which a rollback to a savepoint does not call
+    """Send a ROLLBACK TO SAVEPOINT (or a batch's ROLLBACK) unprepared, and out of sight of
+    psycopg's cache of prepared statements: on a "ROLLBACK" command tag psycopg deallocates
+    every statement the session prepared (the fence's and the writes' own), which neither calls
     for (prepared statements are not transactional, and a write never changes the schema)."""
     conn = cursor.connection
     threshold = conn.prepare_threshold
