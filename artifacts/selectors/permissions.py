@@ -79,7 +79,7 @@ def access_statement(
     The relay's own key counts as a community admin (PROTOCOL.md section 2, staff actions:
     the operators' moderation is stored as events it signs); only the relay holds it."""
     return ACCESS_SQL, {"community": community_id, "channel": channel_id, "pubkey": pubkey,
-                         "relay": settings.RELAY_PUBKEY}
+                        "relay": settings.RELAY_PUBKEY}
 
 
 def access_from_rows(

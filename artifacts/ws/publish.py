@@ -217,9 +217,10 @@ async def next_sequence(group: str) -> int:
         from relaycore.redis_pipe import pack_command
 
         try:
-            # The loop's lean connection (`relaycore.redis_pipe`): a publish is one INCR and one
-            # PUBLISH, and with two-write batches (two workers, four connections each) a
-            # publish per batch; redis-py's command stack cost a tenth of a write's relay CPU.
+            # The loop's lean connection (`relaycore.redis_pipe`): with two-write batches (two
+            # workers, four connections each) every batch is a publish, and its INCR and PUBLISH
+            # through redis-py were 15-25% of a write's relay CPU (docs/performance.md, "WebSocket
+            # EVENT at two workers each"). The PUBLISH stays with the channel layer.
             client = pipelined_redis()
         except RedisUnavailable:
             raise FanOutUnavailable("Redis is unavailable") from None
