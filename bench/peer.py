@@ -474,6 +474,53 @@ def _cpu_seconds(server: Server) -> float:
     return total
 
 
+def _database_cpu_seconds(database_url: str) -> dict[int, float]:
+    """User + system seconds of each PostgreSQL backend connected to this database, by pid, on a
+    local server (their process titles name the database): the database's share of a relay's
+    cost."""
+    import psutil
+
+    name = f" {urlsplit(database_url).path.lstrip('/')} "
+    seconds = {}
+    for proc in psutil.process_iter(["name"]):
+        try:
+            if proc.info["name"] != "postgres" or name not in " ".join(proc.cmdline()) + " ":
+                continue
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        seconds[proc.pid] = times.user + times.system
+    return seconds
+
+
+def _backends_used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds the backends alive at the end used since `before` (a backend that started
+    meanwhile, all of its own; one that ended meanwhile is not seen: the peer's pool replaces
+    its connections at one worker, so its figure is a lower bound there)."""
+    return sum(used - before.get(pid, 0.0) for pid, used in after.items())
+
+
+@dataclass
+class _Machine:
+    """CPU seconds at one moment: the whole machine's busy time, a relay's server tree, its
+    database's backends and this client process, to tell what else ran during a round."""
+
+    busy: float
+    server: float
+    database: dict[int, float]
+    client: float
+
+    @classmethod
+    def now(cls, relay: Relay) -> _Machine:
+        import psutil
+
+        times = psutil.cpu_times()
+        own = psutil.Process().cpu_times()
+        return cls(times.user + times.nice + times.system + times.irq + times.softirq
+                   + getattr(times, "steal", 0.0), _cpu_seconds(relay.server),
+                   _database_cpu_seconds(relay.database_url), own.user + own.system)
+
+
 @dataclass
 class EventRound:
     relay: str
@@ -494,6 +541,13 @@ class EventRound:
     per_worker: list[int] = field(default_factory=list)
     db_commits: int = 0
     db_rows_written: int = 0
+    # The relay's database backends' CPU per accepted event, and the cores the rest of the
+    # machine used meanwhile (other sessions, Redis): both relays share two cores with the
+    # database and the client, so a round's rate is bounded by the CPU the whole machine spends
+    # per event and moved by what else runs (docs/performance.md, "WebSocket EVENT at two
+    # workers each").
+    db_cpu_ms_per_accepted: float = float("nan")
+    elsewhere_cores: float = float("nan")
 
 
 def ws_round(
@@ -507,7 +561,7 @@ def ws_round(
 ) -> EventRound:
     frames = relay.frames(presign)
     logged: dict[str, Any] = {}
-    cpu = _cpu_seconds(relay.server)
+    before, started = _Machine.now(relay), time.monotonic()
     with observing(relay, logged):
         burst = asyncio.run(
             _publish(
@@ -519,8 +573,13 @@ def ws_round(
                 spread=spread,
             )
         )
-    cpu = _cpu_seconds(relay.server) - cpu
+        after, elapsed = _Machine.now(relay), time.monotonic() - started
+    cpu = after.server - before.server
+    database = _backends_used(before.database, after.database)
+    elsewhere = (after.busy - before.busy) - cpu - database - (after.client - before.client)
     return EventRound(
+        db_cpu_ms_per_accepted=database * 1000 / max(1, burst.accepted),
+        elsewhere_cores=elsewhere / elapsed,
         **logged,
         per_worker=burst.per_worker,
         relay=relay.name,
@@ -933,6 +992,8 @@ def _report(
             "p50 ms",
             "p99 ms",
             "relay CPU ms/event",
+            "db CPU ms/event",
+            "elsewhere cores",
             "db xacts/event",
             "db rows/event",
             "refused",
@@ -950,6 +1011,8 @@ def _report(
                 f"{r.p50_ms:.1f}",
                 f"{r.p99_ms:.1f}",
                 f"{r.relay_cpu_ms_per_accepted:.2f}",
+                f"{r.db_cpu_ms_per_accepted:.2f}",
+                f"{r.elsewhere_cores:.2f}",
                 f"{r.db_commits / max(1, r.accepted):.2f}",
                 f"{r.db_rows_written / max(1, r.accepted):.2f}",
                 _refusals(r),

@@ -16,7 +16,9 @@ from django.conf import settings
 from artifacts.models import Channel, ChannelMember
 from artifacts.selectors.readability import channel_is_readable, type_is_allowed
 
-_ACCESS_SQL = """
+# Public for the group commit, which asks it once for a run of creates that all need it
+# (`async_ingest._drive_creates`).
+ACCESS_SQL = """
 SELECT co.artifacts_enabled, co.artifact_types, co.open_channel_creation,
        (%(pubkey)s = ANY(co.admin_pubkeys) OR %(pubkey)s = %(relay)s),
        ch.visibility, ch.archived_at IS NOT NULL, m.role
@@ -76,8 +78,8 @@ def access_statement(
 
     The relay's own key counts as a community admin (PROTOCOL.md section 2, staff actions:
     the operators' moderation is stored as events it signs); only the relay holds it."""
-    return _ACCESS_SQL, {"community": community_id, "channel": channel_id, "pubkey": pubkey,
-                         "relay": settings.RELAY_PUBKEY}
+    return ACCESS_SQL, {"community": community_id, "channel": channel_id, "pubkey": pubkey,
+                        "relay": settings.RELAY_PUBKEY}
 
 
 def access_from_rows(

@@ -28,6 +28,7 @@ from uuid import UUID
 import psycopg
 
 from artifacts.selectors.async_reads import roll_back
+from artifacts.selectors.permissions import ACCESS_SQL
 from artifacts.services.artifact_revisions import Op, parse_envelope
 from artifacts.services.errors import WriteRefused
 from artifacts.services.ingest import (
@@ -55,6 +56,7 @@ _COMMIT: Statement = ("COMMIT", ())
 _SAVEPOINT: Statement = ("SAVEPOINT buzz_write", ())
 _RELEASE: Statement = ("RELEASE SAVEPOINT buzz_write", ())
 _ROLLBACK_TO = "ROLLBACK TO SAVEPOINT "
+_ROLLBACK: Statement = ("ROLLBACK", ())
 _SAVEPOINTS = ("SAVEPOINT ", "RELEASE SAVEPOINT ", _ROLLBACK_TO)
 
 
@@ -116,10 +118,10 @@ async def _pipeline(conn: psycopg.AsyncConnection[Any], batch: Batch) -> list[Ro
         cursors = []
         for sql, params in batch:
             cursor = conn.cursor()
-            if not sql.startswith(_SAVEPOINTS):
-                await cursor.execute(sql, params, prepare=True)
-            elif sql.startswith(_ROLLBACK_TO):
+            if sql.startswith(_ROLLBACK_TO) or sql == _ROLLBACK[0]:
                 await _execute_unwatched(cursor, sql)
+            elif not sql.startswith(_SAVEPOINTS):
+                await cursor.execute(sql, params, prepare=True)
             else:  # named per write: not worth a prepared statement each
                 await cursor.execute(sql, params, prepare=False)
             cursors.append(cursor)
@@ -161,11 +163,13 @@ async def apply_batch_async(
     statements ride in the pipeline of the next write's first batch, with the savepoint's
     release), so a write sees exactly what the writes before it left, as if each had committed:
     a refusal, a lost compare-and-swap or a duplicate rolls back to its savepoint and touches no
-    other write. Stamps are `statement_timestamp()`s of the batch's own statements, after its
-    BEGIN, as the fence requires. A database error anywhere (a lock or statement budget, a
-    deadlock with another process's batch, a constraint) rolls the whole batch back, and its
-    writes are applied again one at a time, in order, each in its own transaction: the errors
-    are then answered exactly as without batching. A lone write is `apply_event_async` itself.
+    other write (a run of independent creates shares one savepoint and drives again what a
+    refusal rolled back with it: `_drive_creates`). Stamps are `statement_timestamp()`s of the
+    batch's own statements, after its BEGIN, as the fence requires. A database error anywhere
+    (a lock or statement budget, a deadlock with another process's batch, a constraint) rolls
+    the whole batch back, and its writes are applied again one at a time, in order, each in its
+    own transaction: the errors are then answered exactly as without batching. A lone write is
+    `apply_event_async` itself.
     """
     if len(writes) == 1:
         (write,) = writes
@@ -206,17 +210,30 @@ async def _drive_batch(
     leaving the transaction to the caller to roll back."""
     batch = _GroupTransaction(time.monotonic(), [None] * len(writes), (_BEGIN, budget_statement()))
     at = 0
+    bound = len(writes)  # how far the next run of creates may reach (`_drive_creates`)
     while at < len(writes):
-        run = _independent_creates(writes, at)
+        run = min(_independent_creates(writes, at), bound - at)
         if run > 1:
-            at += await _drive_creates(conn, batch, writes, at, run)
+            decided, redo = await _drive_creates(conn, batch, writes, at, run)
+            at += decided
+            bound = at + redo if redo else len(writes)
         else:
             await _drive_one(conn, batch, writes[at], at)
             at += 1
-    await _pipeline(conn, (*batch.pending, _COMMIT))
+            bound = len(writes)
+    await _pipeline(conn, (*_without_trailing_releases(batch.pending), _COMMIT))
     results = [result for result in batch.results if result is not None]
     assert len(results) == len(writes)
     return results, batch.committed
+
+
+def _without_trailing_releases(pending: Batch) -> Batch:
+    """`pending` less the savepoint releases at its end: COMMIT releases every savepoint, so a
+    release just before it is a statement (and a round of the driver's work) for nothing."""
+    end = len(pending)
+    while end and pending[end - 1][0].startswith("RELEASE SAVEPOINT "):
+        end -= 1
+    return pending[:end]
 
 
 @dataclass(slots=True)
@@ -283,47 +300,94 @@ def _independent_creates(writes: Sequence[Write], start: int) -> int:
     return len(events)
 
 
+# The savepoint a run of independent creates runs behind (`_drive_creates`).
+_SAVEPOINT_RUN: Statement = ("SAVEPOINT buzz_creates", ())
+_ROLLBACK_TO_RUN: Statement = (_ROLLBACK_TO + "buzz_creates", ())
+_RELEASE_RUN: Statement = ("RELEASE SAVEPOINT buzz_creates", ())
+
+
 async def _drive_creates(
     conn: psycopg.AsyncConnection[Any], batch: _GroupTransaction, writes: Sequence[Write],
     start: int, count: int,
-) -> int:
-    """`count` independent creates (`_independent_creates`) from `start`: every first batch in
-    one pipeline, each behind a savepoint of its own (nested), then every finishing batch in
-    the next. The first refusal rolls back to its savepoint, which takes the creates after it
-    with it: they are written again (the count returned is how many were decided)."""
-    statements = list(batch.pending)
+) -> tuple[int, int]:
+    """`count` independent creates (`_independent_creates`) from `start`, behind one savepoint:
+    every first batch in one pipeline, then every finishing batch in the next. Returns how
+    many writes were decided, and how many to drive again as a shorter run (0: none).
+
+    A statement two creates both ask for in their first batches (the author's standing in a
+    channel: `access_statement`) is sent once and its rows given to each: a create writes none
+    of the rows it reads, and the statement runs after every create of the run arrived, so
+    each gets what it would have read running alone at that moment.
+
+    A refusal rolls the whole run back to its savepoint. A refused first create is answered
+    (nothing of the run came before it) and the creates after it are driven again. A refused
+    later create is not answered yet: the creates before it are driven again as a run of their
+    own (the second number returned), then it and the ones after it, so it is refused on its
+    own, by the same rows (or by what another transaction changed meanwhile, as it could have
+    before it arrived). Refusals are the rare case; the common one pays one savepoint for the
+    run instead of one a create, and none when nothing accepted came before the run in the
+    batch (two workers' batches are mostly one run of two creates): a refusal then rolls the
+    whole transaction back and begins it again, which takes nothing else back."""
+    whole = not batch.committed  # the transaction holds nothing a ROLLBACK would lose
+    statements: list[Statement] = list(batch.pending)
+    if not whole:
+        statements.append(_SAVEPOINT_RUN)
+    shared: dict[tuple[str, Any], int] = {}  # a shared read -> its place in `statements`
     started = []
-    for position, write in enumerate(writes[start:start + count]):
+    for write in writes[start:start + count]:
         ctx = WriteContext(community_id=write.community_id, started=batch.started)
         steps = STEPS_HANDLERS[write.event.kind](ctx=ctx, event=write.event, now=write.now)
         first = next(steps)  # the envelope parsed in `_independent_creates`: not refused here
-        statements.append((f"SAVEPOINT buzz_create_{position}", ()))
-        started.append((ctx, steps, len(statements), len(first)))
-        statements.extend(first)
+        places = []
+        for statement in first:
+            key = _shared_key(statement)
+            if key is not None and key in shared:
+                places.append(shared[key])
+                continue
+            if key is not None:
+                shared[key] = len(statements)
+            places.append(len(statements))
+            statements.append(statement)
+        started.append((ctx, steps, places))
     rows = await _pipeline(conn, tuple(statements))
     finishing: list[Statement] = []
-    for position, (ctx, steps, offset, length) in enumerate(started):
+    for position, (ctx, steps, places) in enumerate(started):
         event = writes[start + position].event
         try:
-            steps.send(rows[offset:offset + length])
+            steps.send([rows[place] for place in places])
         except StopIteration as done:
             finishing.extend(done.value)
             batch.accept(start + position, ctx, event)
             continue
         except WriteRefused as exc:
-            batch.results[start + position] = refusal(event.id, exc)
-            batch.pending = ((f"{_ROLLBACK_TO}buzz_create_{position}", ()), *finishing,
-                             ("RELEASE SAVEPOINT buzz_create_0", ()))
-            return position + 1
+            batch.committed = batch.committed[:len(batch.committed) - position]
+            for earlier in range(start, start + position):
+                batch.results[earlier] = None
+            batch.pending = ((_ROLLBACK, _BEGIN, budget_statement()) if whole
+                             else (_ROLLBACK_TO_RUN, _RELEASE_RUN))
+            if position == 0:
+                batch.results[start] = refusal(event.id, exc)
+                return 1, 0
+            return 0, position
         raise RuntimeError(f"the create {event.id} asked for a second batch")
-    batch.pending = (*finishing, ("RELEASE SAVEPOINT buzz_create_0", ()))
-    return count
+    batch.pending = tuple(finishing) if whole else (*finishing, _RELEASE_RUN)
+    return count, 0
+
+
+def _shared_key(statement: Statement) -> tuple[str, Any] | None:
+    """What identifies `statement` among a run's first batches when it is a read the run's
+    creates may share (`_drive_creates`), else None."""
+    sql, params = statement
+    if sql is not ACCESS_SQL:
+        return None
+    assert isinstance(params, dict)
+    return sql, tuple(sorted(params.items()))
 
 
 async def _execute_unwatched(cursor: psycopg.AsyncCursor[Any], sql: str) -> None:
-    """Send a ROLLBACK TO SAVEPOINT unprepared, and out of sight of psycopg's cache of prepared
-    statements: on a "ROLLBACK" command tag psycopg deallocates every statement the session
-    prepared (the fence's and the writes' own), which a rollback to a savepoint does not call
+    """Send a ROLLBACK TO SAVEPOINT (or a batch's ROLLBACK) unprepared, and out of sight of
+    psycopg's cache of prepared statements: on a "ROLLBACK" command tag psycopg deallocates
+    every statement the session prepared (the fence's and the writes' own), which neither calls
     for (prepared statements are not transactional, and a write never changes the schema)."""
     conn = cursor.connection
     threshold = conn.prepare_threshold

@@ -213,16 +213,24 @@ async def next_sequence(group: str) -> int:
     """The group's next sequence number: Redis INCR (fleet-wide), on the publishing loop's
     client, or a process counter without Redis."""
     if settings.CONFIG.redis_url:
-        from relaycore.redis_clients import RedisUnavailable, async_redis_client, mark_redis_down
+        from relaycore.redis_clients import RedisUnavailable, mark_redis_down, pipelined_redis
+        from relaycore.redis_pipe import pack_command
 
         try:
-            client = async_redis_client()
+            # The loop's lean connection (`relaycore.redis_pipe`): with two-write batches (two
+            # workers, four connections each) every batch is a publish, and its INCR and PUBLISH
+            # through redis-py were 15-25% of a write's relay CPU (docs/performance.md, "WebSocket
+            # EVENT at two workers each"). The PUBLISH stays with the channel layer.
+            client = pipelined_redis()
         except RedisUnavailable:
             raise FanOutUnavailable("Redis is unavailable") from None
         try:
             # Bounded like the PUBLISH; a timeout (Redis unreachable) opens the breaker too.
             async with asyncio.timeout(PUBLISH_TIMEOUT):
-                return int(await client.incr(f"{group}:seq"))
+                reply = await client.execute(pack_command(b"INCR", f"{group}:seq"))
+            if isinstance(reply, int):
+                return reply
+            raise FanOutUnavailable(f"INCR {group}:seq answered {reply!r}")
         except TimeoutError:
             mark_redis_down()
             raise FanOutUnavailable(f"Redis did not answer within {PUBLISH_TIMEOUT:g} s") from None

@@ -21,7 +21,8 @@ from psycopg.pq import TransactionStatus
 
 from artifacts.models import ArtifactHead, ArtifactRevision, ChannelMember, Community, Event
 from artifacts.selectors.fence import FENCE_STATEMENT, prepare_fence
-from artifacts.services import transactions
+from artifacts.selectors.permissions import ACCESS_SQL
+from artifacts.services import async_ingest, transactions
 from artifacts.services.artifact_revisions import artifact_lock_key
 from artifacts.services.group_commit import ConnectionSource, GroupCommit
 from artifacts.services.ingest import IngestResult
@@ -292,6 +293,91 @@ def test_a_refused_create_among_independent_creates_takes_back_itself_alone() ->
     accepted = {e["id"] for e, r in zip(events, results, strict=True) if r.message == ""}
     assert _stored(community) - before == accepted
     assert ArtifactHead.objects.filter(community=community).count() == 1 + len(accepted)
+
+
+def test_a_run_of_creates_asks_each_authors_standing_once_and_answers_each_by_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of independent creates asks a standing (an author in a channel) once for all its
+    creates that need it, each create still answered by its own author's standing in its own
+    channel (a member and an outsider writing in a private channel in one run). The run takes
+    no savepoint when it opens the batch (a refusal would roll the whole transaction back), one
+    after an accepted write, and the batch commits without releasing it first (COMMIT does)."""
+    community = make_community("shared-reads.example")
+    member, outsider = make_key(), make_key()
+    h = make_channel(community, owner=member)
+    private = make_channel(community, owner=member, visibility="private")
+    sent: list[tuple[str, Any]] = []
+    pipeline = async_ingest._pipeline
+
+    async def spy(conn: psycopg.AsyncConnection[Any], batch: Any) -> Any:
+        sent.extend(batch)
+        return await pipeline(conn, batch)
+
+    monkeypatch.setattr(async_ingest, "_pipeline", spy)
+    d = str(uuid.uuid4())
+    events = [_create(member, private), _create(member, private), _create(member, h, d),
+              _create(member, h), _create(member, private)]
+    results, batches = _in_one_batch(community, events)
+    assert (batches, [r.message for r in results]) == (1, [""] * 5)
+    assert [sql for sql, _ in sent].count(ACCESS_SQL) == 2  # member in private, member in h
+    assert [sql for sql, _ in sent if "SAVEPOINT" in sql] == []
+    assert _stored(community) >= {e["id"] for e in events}
+
+    sent.clear()
+    after_update = [_update(member, h, d, events[2]["id"]), _create(member, h),
+                    _create(member, h)]
+    results, batches = _in_one_batch(community, after_update)
+    assert (batches, [r.message for r in results]) == (1, [""] * 3)
+    assert [sql for sql, _ in sent if sql.startswith("SAVEPOINT ")] == [
+        "SAVEPOINT buzz_write", "SAVEPOINT buzz_creates"]
+    assert sent[-1][0] == "COMMIT" and not sent[-2][0].startswith("RELEASE SAVEPOINT ")
+    assert _stored(community) >= {e["id"] for e in after_update}
+
+    mixed = [_create(member, private), _create(outsider, private), _create(outsider, h),
+             _create(member, private), _create(outsider, private), _create(member, h)]
+    results, batches = _in_one_batch(community, mixed)
+    refused = f"restricted: cannot write in channel {private}"
+    assert (batches, [r.message for r in results]) == (1, ["", refused, "", "", refused, ""])
+    accepted = {e["id"] for e, r in zip(mixed, results, strict=True) if r.accepted}
+    assert _stored(community) & {e["id"] for e in mixed} == accepted
+
+
+def test_a_refused_create_in_a_run_that_opens_the_batch_keeps_the_sessions_prepared_statements(
+) -> None:
+    """A refusal in a run of creates that opens its batch rolls the whole transaction back and
+    begins it again: the creates before it are written again, it is refused alone, and the
+    ROLLBACK does not cost the session its prepared statements (psycopg deallocates them all
+    when it sees one)."""
+    community = make_community("whole-rollback.example")
+    author = make_key()
+    h = make_channel(community, owner=author)
+    taken = str(uuid.uuid4())
+
+    async def run() -> tuple[list[IngestResult], set[str], set[str]]:
+        conn = await _connect()
+        try:
+            await prepare_fence(conn)
+            committer = GroupCommit(_lent(conn))
+            await _together(committer, community, [_create(author, h, taken), _create(author, h)])
+            query = "SELECT name FROM pg_prepared_statements"
+            before = {row[0] for row in await (await conn.execute(query)).fetchall()}
+            results = await _together(committer, community, [
+                _create(author, h), _create(author, h), _create(author, h, taken, n=1),
+                _create(author, h)])
+            after = {row[0] for row in await (await conn.execute(query)).fetchall()}
+            await finish_publishing()
+            return results, before, after
+        finally:
+            await conn.close()
+
+    results, before, after = asyncio.run(run())
+    assert [r.message for r in results] == ["", "", "invalid: artifact identity is taken", ""]
+    stored = _stored(community)
+    assert {r.event_id for r in results if r.accepted} <= stored
+    assert results[2].event_id not in stored
+    assert ArtifactHead.objects.filter(community=community).count() == 2 + 3
+    assert FENCE_STATEMENT in before
+    assert before <= after
 
 
 def _settled_sequence(group: str) -> int:

@@ -148,6 +148,22 @@ def test_commits_on_the_serving_loop_are_published_by_that_loop_merged_in_order(
 
 
 @pytest.mark.skipif(not settings.CONFIG.redis_url, reason="the Redis channel layer")
+def test_sequence_numbers_asked_in_one_turn_are_consecutive_in_the_order_asked() -> None:
+    """The loop's lean Redis connection writes the INCRs asked in one turn together: Redis
+    answers them in order, so each caller gets its own number, in the order asked, from the one
+    counter every instance (and `current_sequence`) reads."""
+    group = f"test-publish-sequence-{time.monotonic_ns()}"
+
+    async def ask() -> list[int]:
+        return list(await asyncio.gather(*(publish.next_sequence(group) for _ in range(20))))
+
+    numbers = asyncio.run(ask())
+    assert numbers == list(range(numbers[0], numbers[0] + 20))
+    assert publish.current_sequence(group) == numbers[-1]
+    assert asyncio.run(ask())[0] == numbers[-1] + 1
+
+
+@pytest.mark.skipif(not settings.CONFIG.redis_url, reason="the Redis channel layer")
 def test_a_redis_that_stops_answering_bounds_the_publish_opens_the_breaker_and_flags_the_loss(
 ) -> None:
     """Redis paused for writes (as a partition looks to a client): numbering gives up within
