@@ -263,8 +263,7 @@ def page_steps(
     walk, catchup = yield from _fill(
         request, first, token, quiet=quiet, overlap=overlap, scan_budget=scan_budget
     )
-    next_token, store = seal_sets(replace(
-        token,
+    next_token, store = seal_sets(token._replace(
         phase=walk.phase,
         epoch=state.epoch,
         database=state.database,
@@ -397,8 +396,8 @@ def _round_token(
         return resumed, False
     # A continuation round: W = the previous round's T. A fence below W (a clock step) would
     # make the range run backwards; the round then covers up to W.
-    token = replace(
-        resumed, phase=Phase.HEADS, watermark=resumed.round_t,
+    token = resumed._replace(
+        phase=Phase.HEADS, watermark=resumed.round_t,
         round_t=max(state.fence, resumed.round_t), cursor_at=_ORIGIN, cursor_key=b"",
         previous_xmin=resumed.round_xmin, round_xmin=first.snapshot_xmin,
     )
@@ -522,7 +521,7 @@ def _resume(
     if _finished(decoded) and (decoded.catchup or decoded.catchup_pending
                                or decoded.catchup_cursor):
         # A new round's catch-up starts empty.
-        decoded = replace(decoded, catchup=frozenset(), catchup_pending=False, catchup_cursor=b"")
+        decoded = decoded._replace(catchup=frozenset(), catchup_pending=False, catchup_cursor=b"")
     if view_unchanged(
         state.probe,
         fingerprint=decoded.view_fingerprint,
@@ -546,7 +545,7 @@ def _resume(
             community_id=request.community_id, reader=request.reader,
             channels=request.query.values("h"))
     # Checked in this snapshot: any later change carries a stamp >= this page's fence.
-    checked = replace(decoded, view_t=state.fence, view_fingerprint=state.probe.fingerprint,
+    checked = decoded._replace(view_t=state.fence, view_fingerprint=state.probe.fingerprint,
                       listing_version=state.probe.listing, view_private=private)
     lost, gained = change.lost, change.gained
     if not lost and not gained:
@@ -557,8 +556,7 @@ def _resume(
     catchup = (decoded.catchup - set(lost)) | set(gained)
     if len(catchup) > MAX_CATCHUP_CHANNELS and not state.has_store:
         return "view", None, []  # more than a token carries, and nowhere to store it
-    return None, replace(
-        checked,
+    return None, checked._replace(
         catchup=frozenset(catchup),
         # A channel joining restarts the cursor: its heads lie anywhere in the order.
         catchup_pending=bool(catchup) and (decoded.catchup_pending or bool(gained)),
