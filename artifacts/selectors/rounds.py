@@ -422,6 +422,15 @@ def _fill(
     while the page has room."""
     query = request.query
     walk = _Walk(token.phase, token.cursor_at, _key_text(token), query.limit, budget=scan_budget)
+    scans = first.enabled and not quiet
+    catchup = _CatchUp(sorted(token.catchup), token.catchup_pending and first.enabled,
+                       token.catchup_cursor)
+    if not scans:
+        # Nothing is readable, and under this view (constant since the last reset) nothing
+        # ever was; or the round's range holds no candidate: the round's own scan is done.
+        walk.phase = Phase.DONE
+        if not catchup.pending:
+            return walk, catchup  # no statement to run: a quiet round builds no parameters
     params: dict[str, Any] = {
         "community": request.community_id,
         "reader": request.reader,
@@ -434,14 +443,8 @@ def _fill(
     types = _types_within(first.allowed_types, query.values("type"))
     if types is not None:
         params["types"] = types
-    if first.enabled and not quiet:
+    if scans:
         yield from _walk(walk, params)
-    else:
-        # Nothing is readable, and under this view (constant since the last reset) nothing
-        # ever was; or the round's range holds no candidate: the round's own scan is done.
-        walk.phase = Phase.DONE
-    catchup = _CatchUp(sorted(token.catchup), token.catchup_pending and first.enabled,
-                       token.catchup_cursor)
     if catchup.pending and not walk.full():
         yield from _catch_up(walk, catchup, params)
     return walk, catchup
