@@ -31,7 +31,6 @@ import statistics
 import sys
 import time
 import uuid
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +154,7 @@ class Wide:
                                 query=self.query(first.progress))
         token = decode_progress(first.progress, binding=request.binding)
         assert isinstance(token, ProgressToken)
-        done = replace(token, phase=Phase.DONE, cursor_key=b"")
+        done = token._replace(phase=Phase.DONE, cursor_key=b"")
         return encode_progress(done, binding=request.binding)
 
     def round(self, progress: str) -> dict[str, Any]:

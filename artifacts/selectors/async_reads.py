@@ -44,6 +44,7 @@ from relaycore.steps import Rows, Statement, drive_async
 
 __all__ = [
     "OpenRead",
+    "ReadConnection",
     "begin_read",
     "configure_connection",
     "connection_pool",
@@ -84,6 +85,27 @@ def _batch_for_host(prepared: bool, host: str) -> bytes:
     return _fence_begin_and_lookup(prepared).replace(_HOST, sql.quote(host)).encode()
 
 
+class ReadConnection(psycopg.AsyncConnection[Any]):
+    """A connection of the read pool. It serves one request at a time, so it keeps one cursor
+    for the pages it serves (`page_cursor`): a new psycopg cursor copies the connection's
+    adapter map, and a page's was built and freed again every round (docs/performance.md,
+    "Quiet rounds, a fourth pass")."""
+
+    _page_cursor: psycopg.AsyncCursor[Any] | None = None
+
+    def page_cursor(self) -> psycopg.AsyncCursor[Any]:
+        cursor = self._page_cursor
+        if cursor is None or cursor.closed:
+            cursor = self._page_cursor = self.cursor()
+        return cursor
+
+
+def _cursor_for_page(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[Any]:
+    """The read pool's kept cursor; a cursor of its own for a connection from elsewhere (the
+    tests', `bench/round_floor.py`'s recording)."""
+    return conn.page_cursor() if isinstance(conn, ReadConnection) else conn.cursor()
+
+
 async def configure_connection(conn: psycopg.AsyncConnection[Any]) -> None:
     """What each new connection of the pool gets before its first use (bench/round_floor.py
     gives its own connections the same)."""
@@ -97,6 +119,7 @@ async def connection_pool() -> AsyncConnectionPool:
     pool = _pools.get(loop)
     if pool is None:
         pool = AsyncConnectionPool(
+            connection_class=ReadConnection,
             kwargs={**psycopg_connect_kwargs(), "autocommit": True},
             # Django's pool's sizes, timeouts and reconnection bound (one definition).
             **pool_options(),
@@ -161,7 +184,7 @@ async def begin_read(
     """
     prepared = fence_prepared()
     batch = _batch_for_host(prepared, host.lower())
-    cursor = conn.cursor()
+    cursor = _cursor_for_page(conn)
     try:
         await cursor.execute(batch)
     except psycopg.errors.InvalidSqlStatementName:

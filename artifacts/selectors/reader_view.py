@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Generator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -356,13 +356,13 @@ def load_sets(
         found = {bytes(digest): bytes(packed) for digest, packed in rows}
     if token.private_ref:
         packed = found.get(token.private_ref)
-        token = replace(token, private_ref=b"",
+        token = token._replace(private_ref=b"",
                         view_private=None if packed is None else unpack_channels(packed))
     complete = True
     if token.catchup_ref:
         packed = found.get(token.catchup_ref)
         complete = packed is not None
-        token = replace(token, catchup_ref=b"",
+        token = token._replace(catchup_ref=b"",
                         catchup=frozenset(unpack_channels(packed or b"")))
     return token, frozenset(found), complete
 
@@ -386,16 +386,16 @@ def seal_sets(
         if has_store:
             packed = pack_channels(private)
             stash[set_digest(packed)] = packed
-            token = replace(token, view_private=(), private_ref=set_digest(packed))
+            token = token._replace(view_private=(), private_ref=set_digest(packed))
         else:
-            token = replace(token, view_private=None)
+            token = token._replace(view_private=None)
     if len(token.catchup) > MAX_CATCHUP_CHANNELS:
         packed = pack_channels(token.catchup)
         stash[set_digest(packed)] = packed
-        token = replace(token, catchup=frozenset(), catchup_ref=set_digest(packed))
+        token = token._replace(catchup=frozenset(), catchup_ref=set_digest(packed))
     if not stash:
-        return (token if token.stored_at == _ORIGIN else replace(token, stored_at=_ORIGIN)), None
+        return (token if token.stored_at == _ORIGIN else token._replace(stored_at=_ORIGIN)), None
     if set(stash) <= loaded and now - token.stored_at <= token_max_age / 2:
         return token, None
-    return replace(token, stored_at=now), store_sets_statement(
+    return token._replace(stored_at=now), store_sets_statement(
         community_id, list(stash.items()), token_max_age=int(token_max_age.total_seconds()))

@@ -263,8 +263,7 @@ def page_steps(
     walk, catchup = yield from _fill(
         request, first, token, quiet=quiet, overlap=overlap, scan_budget=scan_budget
     )
-    next_token, store = seal_sets(replace(
-        token,
+    next_token, store = seal_sets(token._replace(
         phase=walk.phase,
         epoch=state.epoch,
         database=state.database,
@@ -397,8 +396,8 @@ def _round_token(
         return resumed, False
     # A continuation round: W = the previous round's T. A fence below W (a clock step) would
     # make the range run backwards; the round then covers up to W.
-    token = replace(
-        resumed, phase=Phase.HEADS, watermark=resumed.round_t,
+    token = resumed._replace(
+        phase=Phase.HEADS, watermark=resumed.round_t,
         round_t=max(state.fence, resumed.round_t), cursor_at=_ORIGIN, cursor_key=b"",
         previous_xmin=resumed.round_xmin, round_xmin=first.snapshot_xmin,
     )
@@ -423,6 +422,15 @@ def _fill(
     while the page has room."""
     query = request.query
     walk = _Walk(token.phase, token.cursor_at, _key_text(token), query.limit, budget=scan_budget)
+    scans = first.enabled and not quiet
+    catchup = _CatchUp(sorted(token.catchup), token.catchup_pending and first.enabled,
+                       token.catchup_cursor)
+    if not scans:
+        # Nothing is readable, and under this view (constant since the last reset) nothing
+        # ever was; or the round's range holds no candidate: the round's own scan is done.
+        walk.phase = Phase.DONE
+        if not catchup.pending:
+            return walk, catchup  # no statement to run: a quiet round builds no parameters
     params: dict[str, Any] = {
         "community": request.community_id,
         "reader": request.reader,
@@ -435,14 +443,8 @@ def _fill(
     types = _types_within(first.allowed_types, query.values("type"))
     if types is not None:
         params["types"] = types
-    if first.enabled and not quiet:
+    if scans:
         yield from _walk(walk, params)
-    else:
-        # Nothing is readable, and under this view (constant since the last reset) nothing
-        # ever was; or the round's range holds no candidate: the round's own scan is done.
-        walk.phase = Phase.DONE
-    catchup = _CatchUp(sorted(token.catchup), token.catchup_pending and first.enabled,
-                       token.catchup_cursor)
     if catchup.pending and not walk.full():
         yield from _catch_up(walk, catchup, params)
     return walk, catchup
@@ -522,7 +524,7 @@ def _resume(
     if _finished(decoded) and (decoded.catchup or decoded.catchup_pending
                                or decoded.catchup_cursor):
         # A new round's catch-up starts empty.
-        decoded = replace(decoded, catchup=frozenset(), catchup_pending=False, catchup_cursor=b"")
+        decoded = decoded._replace(catchup=frozenset(), catchup_pending=False, catchup_cursor=b"")
     if view_unchanged(
         state.probe,
         fingerprint=decoded.view_fingerprint,
@@ -546,7 +548,7 @@ def _resume(
             community_id=request.community_id, reader=request.reader,
             channels=request.query.values("h"))
     # Checked in this snapshot: any later change carries a stamp >= this page's fence.
-    checked = replace(decoded, view_t=state.fence, view_fingerprint=state.probe.fingerprint,
+    checked = decoded._replace(view_t=state.fence, view_fingerprint=state.probe.fingerprint,
                       listing_version=state.probe.listing, view_private=private)
     lost, gained = change.lost, change.gained
     if not lost and not gained:
@@ -557,8 +559,7 @@ def _resume(
     catchup = (decoded.catchup - set(lost)) | set(gained)
     if len(catchup) > MAX_CATCHUP_CHANNELS and not state.has_store:
         return "view", None, []  # more than a token carries, and nowhere to store it
-    return None, replace(
-        checked,
+    return None, checked._replace(
         catchup=frozenset(catchup),
         # A channel joining restarts the cursor: its heads lie anywhere in the order.
         catchup_pending=bool(catchup) and (decoded.catchup_pending or bool(gained)),

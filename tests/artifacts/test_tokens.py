@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -55,9 +54,9 @@ def decode(text: str, **kwargs: object) -> ProgressToken | RetiredToken:
 def test_round_trip_keeps_every_field_to_the_microsecond() -> None:
     text = encode_progress(TOKEN, binding=BINDING, secret=KEY)
     assert decode(text) == TOKEN
-    heads = replace(TOKEN, phase=Phase.HEADS, cursor_key=b"\x01" * 16)
+    heads = TOKEN._replace(phase=Phase.HEADS, cursor_key=b"\x01" * 16)
     assert decode(encode_progress(heads, binding=BINDING, secret=KEY)) == heads
-    done = replace(TOKEN, phase=Phase.DONE, cursor_key=b"")
+    done = TOKEN._replace(phase=Phase.DONE, cursor_key=b"")
     assert decode(encode_progress(done, binding=BINDING, secret=KEY)) == done
 
 
@@ -141,22 +140,22 @@ def test_arbitrary_text_only_ever_raises_invalid_progress(text: str) -> None:
 
 def test_the_view_and_the_catch_up_round_trip_and_stay_small() -> None:
     channels = tuple(sorted(bytes([i]) * 16 for i in range(10)))
-    token = replace(TOKEN, listing_version=2**40, view_private=channels,
-                    catchup=frozenset(channels[3:5]),
-                    catchup_pending=True, catchup_cursor=channels[3] + b"\x07" * 16)
+    token = TOKEN._replace(listing_version=2**40, view_private=channels,
+                           catchup=frozenset(channels[3:5]),
+                           catchup_pending=True, catchup_cursor=channels[3] + b"\x07" * 16)
     text = encode_progress(token, binding=BINDING, secret=KEY)
     assert decode(text) == token
-    started = replace(token, catchup_cursor=channels[4])  # from the start of a channel
+    started = token._replace(catchup_cursor=channels[4])  # from the start of a channel
     assert decode(encode_progress(started, binding=BINDING, secret=KEY)) == started
-    not_carried = replace(token, view_private=None)
+    not_carried = token._replace(view_private=None)
     assert decode(encode_progress(not_carried, binding=BINDING, secret=KEY)) == not_carried
 
 
 def test_the_largest_token_stays_under_a_kilobyte() -> None:
     """The view part is a reference: whatever V's size, the sets a token carries are bounded."""
     ids = [i.to_bytes(16, "big") for i in range(MAX_PRIVATE_CHANNELS + MAX_CATCHUP_CHANNELS)]
-    largest = replace(
-        TOKEN, listing_version=2**62, view_private=tuple(ids[:MAX_PRIVATE_CHANNELS]),
+    largest = TOKEN._replace(
+        listing_version=2**62, view_private=tuple(ids[:MAX_PRIVATE_CHANNELS]),
         catchup=frozenset(ids[MAX_PRIVATE_CHANNELS:]), catchup_pending=True,
         catchup_cursor=ids[-1] + ids[0],
     )
@@ -166,11 +165,62 @@ def test_the_largest_token_stays_under_a_kilobyte() -> None:
 
 
 def test_stored_sets_are_named_by_their_digest() -> None:
-    stored = replace(TOKEN, view_private=(), private_ref=b"p" * 16, catchup_ref=b"c" * 16,
-                     catchup_pending=True, stored_at=NOW)
+    stored = TOKEN._replace(view_private=(), private_ref=b"p" * 16, catchup_ref=b"c" * 16,
+                            catchup_pending=True, stored_at=NOW)
     text = encode_progress(stored, binding=BINDING, secret=KEY)
     assert decode(text) == stored
     assert len(text) < 300
+
+
+# Sealed by the relay before `ProgressToken` was a named tuple (main at 051aff4), with the nonce
+# bytes 100-111: the layout on the wire did not change with it, and tokens clients hold decode.
+SEALED_BEFORE = {
+    "plain": (
+        "AmRlZmdoaWprbG1ubx3BwJmKlydui_jg2mkEPunKHMbE4GPgk4kyGCg4jMMrIfp8pst2nT766w9diysOzDmpLNtP4lQ"
+        "H5W4kLKPUyKx4b4NDPfuOnn5T0wyli60sZl3jxJjQfQeHvDH1WA_aOszSB7rNveP4nUS2CABL3Q_LAll2qqMJuZ-1"
+        "w8QttmVs2UcDgrJOMOcueA-lDK6Pxq4O27tR8MusXZ3dQzfrKVTDhR6cQf8"
+    ),
+    "inline sets": (
+        "AmRlZmdoaWprbG1ubwX2sriD8QH-EkAX1jib0P-fVLqlkNS6arymflG0U66gC0Tw4IrfarJPlFH524Rk9H9tyYx5iOa"
+        "FSuDpWdqZe91TAJEkbZw3bgIIuwgVlgI24k7N-ax4mwxIAq2Ldsr2Fucp6sGN6WwuWFWJDWC_JquVxuiy5cRYs-ZHO4"
+        "AplCdej5WM70cpTw2vv7_yFzoimuM0t5Xoq25w1h6I2iCeJNY1M0yXXqi5-EKN5X2HbhkHb7lxfeyW1jFNs-R1wYfcc"
+        "ABQ4W48p7xp3emlquEekhZtlMorsEp97s2bpm0vKnIWo2n14p4wAmhOQM8crkTbpwD4q1F3Zg"
+    ),
+    "stored sets": (
+        "AmRlZmdoaWprbG1ubweACWgE5mLkFLYziJdUr4H0DXtIInIB0HXz3EO9NanR-06YOfKKpiduBPNY0jJZnw9L36B-E8U"
+        "3HUkWOn1GGWAixQKB2bZ9wY5a73qm2jrlkz3NNMsYAvDrcfADilTxzkZKfwZN0Q1m5V42aIfUx3SFyypbO7RgNF1lJx"
+        "_Mu5QkegzPf5oXcoq8lbuW0XFISFMpTJZlVmWkJLdCEStfkh8wapKeTHgoxn2uE76WUvvp2gGCCpLtvztsk52YNzQdT"
+        "Q_7qOGrnQ"
+    ),
+}
+SEALED_STATES = {
+    "plain": TOKEN,
+    "inline sets": TOKEN._replace(
+        listing_version=2**40 + 5, view_private=(b"\x01" * 16, b"\x07" * 16),
+        catchup=frozenset({b"\x09" * 16, b"\x03" * 16}), catchup_pending=True,
+        catchup_cursor=b"\x03" * 16, stored_at=NOW - timedelta(hours=2, microseconds=3),
+    ),
+    "stored sets": TOKEN._replace(view_private=(), private_ref=b"p" * 16,
+                                  catchup_ref=b"c" * 16, stored_at=NOW),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SEALED_BEFORE))
+def test_tokens_sealed_before_decode_and_seal_byte_for_byte_alike(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert decode(SEALED_BEFORE[name]) == SEALED_STATES[name]
+    monkeypatch.setattr("artifacts.tokens.urandom", lambda n: bytes(range(100, 100 + n)))
+    assert encode_progress(SEALED_STATES[name], binding=BINDING, secret=KEY) == SEALED_BEFORE[name]
+
+
+@given(st.datetimes(min_value=datetime(1970, 1, 1), timezones=st.just(UTC)))
+def test_every_moment_round_trips_to_the_microsecond(moment: datetime) -> None:
+    token = TOKEN._replace(round_t=moment, watermark=moment, cursor_at=moment, view_t=moment,
+                           issued_at=moment, stored_at=moment)
+    decoded = decode(encode_progress(token, binding=BINDING, secret=KEY))
+    assert decoded == token
+    assert isinstance(decoded, ProgressToken) and decoded.stored_at.tzinfo is UTC
 
 
 def test_a_token_of_the_previous_version_is_retired() -> None:
@@ -193,4 +243,4 @@ def test_a_token_of_the_previous_version_is_retired() -> None:
 ])
 def test_an_inconsistent_view_part_is_never_sealed(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):
-        encode_progress(replace(TOKEN, **bad), binding=BINDING, secret=KEY)  # type: ignore[arg-type]
+        encode_progress(TOKEN._replace(**bad), binding=BINDING, secret=KEY)  # type: ignore[arg-type]

@@ -147,3 +147,45 @@ def test_an_async_page_stores_the_sets_its_token_names_before_handing_it_out() -
     second = asyncio.run(page(first.progress))
     assert not second.reset and second.store is not None  # a new set: stored in turn
     assert ChannelSet.objects.filter(community_id=community.pk).count() == 2
+
+
+def test_the_read_pools_connections_keep_one_cursor_for_their_pages() -> None:
+    """A read pool connection serves one page at a time: its pages share one cursor (a new one
+    copies the connection's adapter map), a closed one is replaced, and a connection from
+    elsewhere gets a cursor of its own per page. The pages read alike either way."""
+    owner, reader = make_key(), make_key()
+    community = make_community("kept.example")
+    make_channel(community, owner=owner, members=[reader])
+
+    async def page(conn: psycopg.AsyncConnection[Any], progress: str | None) -> Any:
+        query = parse_filter({"artifact": "current", "progress": progress})
+        request = prepare_round(community_id=community.pk, reader=reader.pubkey, query=query)
+        read, found = await async_reads.begin_read(conn, "kept.example")
+        assert found is not None and found.pk == community.pk
+        identity = await connection_identity(conn)
+        served = await async_reads.read_page_async(read, request, ready=True, identity=identity)
+        return read.cursor, served
+
+    async def pages() -> None:
+        pool = await connection_pool()
+        try:
+            async with pool.connection() as conn:
+                assert isinstance(conn, async_reads.ReadConnection)
+                cursor, first = await page(conn, None)
+                again, second = await page(conn, first.progress)
+                assert again is cursor and not second.reset and not second.more
+                await cursor.close()
+                replaced, third = await page(conn, second.progress)
+                assert replaced is not cursor and not replaced.closed
+                assert (third.events, third.reset, third.more) == ([], False, False)
+        finally:
+            await pool.close()
+        async with await psycopg.AsyncConnection.connect(
+            **psycopg_connect_kwargs(), autocommit=True
+        ) as plain:
+            await async_reads.configure_connection(plain)
+            one, first = await page(plain, None)
+            other, _second = await page(plain, first.progress)
+            assert one is not other
+
+    asyncio.run(pages())

@@ -11,7 +11,6 @@ the write is still delivered by the overlap, as before the rule. The overlap is 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -209,7 +208,7 @@ def _rewritten(replica: Replica, **changes: Any) -> None:
     assert replica.token is not None
     token = decode_progress(replica.token, binding=binding)
     assert isinstance(token, ProgressToken)
-    replica.token = encode_progress(replace(token, **changes), binding=binding)
+    replica.token = encode_progress(token._replace(**changes), binding=binding)
 
 
 @pytest.mark.parametrize("snapshot", ["unknown", "ahead of the database"])

@@ -9,7 +9,6 @@ Every test ends with the collection equal to a fresh full read.
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -240,7 +239,7 @@ def test_a_token_without_the_private_channels_resets_only_when_they_are_needed(
     replica = synced(world)
     token, binding = _token(replica)
     # As a token of a reader with more private channels than a token carries.
-    replica.token = encode_progress(replace(token, view_private=None), binding=binding)
+    replica.token = encode_progress(token._replace(view_private=None), binding=binding)
     # A listing change of an open channel does not need them: applied incrementally.
     write(community, owner, 9002, [["h", world["open_h"]], ["private"]])
     pages = next_round(replica)
@@ -248,7 +247,7 @@ def test_a_token_without_the_private_channels_resets_only_when_they_are_needed(
     assert pages[0].removed_channels == [world["open_h"]]
     token, binding = _token(replica)
     assert token.view_private is not None  # recomputed: it fits again
-    replica.token = encode_progress(replace(token, view_private=None), binding=binding)
+    replica.token = encode_progress(token._replace(view_private=None), binding=binding)
     # A membership change of a private channel does: the page resets.
     add_member(community, world["hidden"], reader)
     assert next_round(replica)[0].reset
@@ -370,7 +369,7 @@ def test_stored_sets_are_refreshed_and_collected_by_age(
     stored.update(touched_at=F("touched_at") - timedelta(hours=1))
     token, binding = _token(replica)
     replica.token = encode_progress(
-        replace(token, stored_at=token.stored_at - timedelta(hours=1)), binding=binding)
+        token._replace(stored_at=token.stored_at - timedelta(hours=1)), binding=binding)
     replica.round()
     assert stored.get().touched_at > timezone.now() - timedelta(minutes=5)
     # Untouched for twice a token's life: collected by the next page that stores a set.
