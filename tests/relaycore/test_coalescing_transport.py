@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 from relaycore.connection_limits import HELD_MAX_BYTES, CoalescingTransport
+from tests.relaycore.uvicorn_app import serving
 
 
 class FakeTransport:
@@ -127,10 +128,8 @@ def test_everything_else_is_the_transports() -> None:
 def test_the_websocket_protocol_writes_an_applications_burst_of_frames_together() -> None:
     """Through uvicorn (websockets-sansio, BoundedWebSocketProtocol): 50 frames sent in one turn
     reach the client whole and in order, in at most two writes to the socket's transport."""
-    import uvicorn
     from websockets.asyncio.client import connect
 
-    from buzzrelay.embedded import free_port
     from relaycore.connection_limits import BoundedWebSocketProtocol
 
     frame_writes: list[int] = []
@@ -157,21 +156,9 @@ def test_the_websocket_protocol_writes_an_applications_burst_of_frames_together(
         await receive()
 
     async def scenario() -> None:
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(
-            app, host="127.0.0.1", port=port, ws=Counting, lifespan="off", log_level="warning",
-            loop="asyncio"))
-        serving = asyncio.create_task(server.serve())
-        try:
-            for _ in range(100):
-                if server.started:
-                    break
-                await asyncio.sleep(0.05)
-            async with connect(f"ws://127.0.0.1:{port}/", compression=None) as ws:
-                got = [await ws.recv() for _ in range(50)]
-        finally:
-            server.should_exit = True
-            await serving
+        async with (serving(app, Counting) as port,
+                    connect(f"ws://127.0.0.1:{port}/", compression=None) as ws):
+            got = [await ws.recv() for _ in range(50)]
         assert got == [f"frame {n}" for n in range(50)]
         # The turn's first frame at once, the other 49 together (a write each before).
         assert frame_writes == [1, 49], frame_writes
@@ -186,10 +173,8 @@ def test_an_application_that_never_yields_is_paused_by_a_client_that_does_not_re
     held in memory until its turn ends."""
     import socket
 
-    import uvicorn
     from websockets.asyncio.client import connect
 
-    from buzzrelay.embedded import free_port
     from relaycore.connection_limits import BoundedWebSocketProtocol
 
     frame = "f" * 16 * 1024
@@ -212,25 +197,13 @@ def test_an_application_that_never_yields_is_paused_by_a_client_that_does_not_re
         await receive()
 
     async def scenario() -> None:
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(
-            app, host="127.0.0.1", port=port, ws=BoundedWebSocketProtocol, lifespan="off",
-            log_level="warning", loop="asyncio"))
-        serving = asyncio.create_task(server.serve())
-        try:
-            for _ in range(100):
-                if server.started:
-                    break
-                await asyncio.sleep(0.05)
-            async with connect(f"ws://127.0.0.1:{port}/", compression=None, max_size=None,
-                               max_queue=1) as ws:
-                sock = ws.transport.get_extra_info("socket")
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
-                ws.transport.pause_reading()  # the client reads nothing
-                await asyncio.wait_for(paused.wait(), 20)
-        finally:
-            server.should_exit = True
-            await serving
+        async with (serving(app, BoundedWebSocketProtocol) as port,
+                    connect(f"ws://127.0.0.1:{port}/", compression=None, max_size=None,
+                            max_queue=1) as ws):
+            sock = ws.transport.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+            ws.transport.pause_reading()  # the client reads nothing
+            await asyncio.wait_for(paused.wait(), 20)
         assert handed_over[0] < total // 2, handed_over[0]
 
     asyncio.run(scenario())

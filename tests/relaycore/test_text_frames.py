@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from websockets.frames import Frame, Opcode
 
 from relaycore.connection_limits import text_frame
+from tests.relaycore.uvicorn_app import serving
 
 
 def _library_frame(payload: bytes) -> bytes:
@@ -29,27 +30,6 @@ def test_each_length_encoding_is_the_librarys() -> None:
     for length in (0, 1, 125, 126, 127, 65535, 65536, 70000):
         payload = b"x" * length
         assert text_frame(payload) == _library_frame(payload), length
-
-
-def _serve(app: Any, protocol: Any) -> tuple[Any, int]:
-    import uvicorn
-
-    from buzzrelay.embedded import free_port
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(
-        app, host="127.0.0.1", port=port, ws=protocol, lifespan="off", log_level="warning",
-        loop="asyncio"))
-    return server, port
-
-
-async def _started(server: Any) -> asyncio.Task[None]:
-    serving = asyncio.create_task(server.serve())
-    for _ in range(100):
-        if server.started:
-            break
-        await asyncio.sleep(0.05)
-    return serving
 
 
 def test_an_open_connections_text_goes_out_without_the_librarys_send_text() -> None:
@@ -91,15 +71,9 @@ def test_an_open_connections_text_goes_out_without_the_librarys_send_text() -> N
         await receive()
 
     async def scenario() -> None:
-        server, port = _serve(app, Watching)
-        serving = await _started(server)
-        try:
-            async with connect(f"ws://127.0.0.1:{port}/", compression=None,
-                               max_size=2**20) as ws:
-                got = [await ws.recv() for _ in range(len(texts) + 1)]
-        finally:
-            server.should_exit = True
-            await serving
+        async with (serving(app, Watching) as port,
+                    connect(f"ws://127.0.0.1:{port}/", compression=None, max_size=2**20) as ws):
+            got = [await ws.recv() for _ in range(len(texts) + 1)]
         assert got == [*texts, b"\x00\x01"]
         assert library_sends == ["binary"]
 
@@ -133,15 +107,10 @@ def test_a_send_after_the_client_closed_is_answered_as_uvicorn_answers_it() -> N
             closed_seen.set()
 
     async def scenario() -> None:
-        server, port = _serve(app, BoundedWebSocketProtocol)
-        serving = await _started(server)
-        try:
+        async with serving(app, BoundedWebSocketProtocol) as port:
             async with connect(f"ws://127.0.0.1:{port}/", compression=None):
                 pass
             await asyncio.wait_for(closed_seen.wait(), 5)
-        finally:
-            server.should_exit = True
-            await serving
         assert raised == [ClientDisconnected]
 
     asyncio.run(scenario())

@@ -45,6 +45,12 @@ async def _connect() -> psycopg.AsyncConnection[Any]:
     return await psycopg.AsyncConnection.connect(**psycopg_connect_kwargs(), autocommit=True)
 
 
+async def _prepared(conn: psycopg.AsyncConnection[Any]) -> set[str]:
+    """The names of the statements `conn`'s session holds prepared."""
+    cursor = await conn.execute("SELECT name FROM pg_prepared_statements")
+    return {row[0] for row in await cursor.fetchall()}
+
+
 async def _together(
     committer: GroupCommit, community: Community, events: list[dict[str, Any]]
 ) -> list[IngestResult]:
@@ -250,11 +256,10 @@ def test_a_rollback_to_a_savepoint_keeps_the_sessions_prepared_statements() -> N
             await prepare_fence(conn)
             committer = GroupCommit(_lent(conn))
             await _together(committer, community, [_create(author, h), _create(author, h)])
-            query = "SELECT name FROM pg_prepared_statements"
-            before = {row[0] for row in await (await conn.execute(query)).fetchall()}
+            before = await _prepared(conn)
             results = await _together(committer, community, [
                 _update(author, h, str(uuid.uuid4()), "ab" * 32), _create(author, h)])
-            after = {row[0] for row in await (await conn.execute(query)).fetchall()}
+            after = await _prepared(conn)
             await finish_publishing()
             return results, before, after
         finally:
@@ -359,12 +364,11 @@ def test_a_refused_create_in_a_run_that_opens_the_batch_keeps_the_sessions_prepa
             await prepare_fence(conn)
             committer = GroupCommit(_lent(conn))
             await _together(committer, community, [_create(author, h, taken), _create(author, h)])
-            query = "SELECT name FROM pg_prepared_statements"
-            before = {row[0] for row in await (await conn.execute(query)).fetchall()}
+            before = await _prepared(conn)
             results = await _together(committer, community, [
                 _create(author, h), _create(author, h), _create(author, h, taken, n=1),
                 _create(author, h)])
-            after = {row[0] for row in await (await conn.execute(query)).fetchall()}
+            after = await _prepared(conn)
             await finish_publishing()
             return results, before, after
         finally:
