@@ -357,13 +357,13 @@ def load_sets(
     if token.private_ref:
         packed = found.get(token.private_ref)
         token = token._replace(private_ref=b"",
-                        view_private=None if packed is None else unpack_channels(packed))
+                               view_private=None if packed is None else unpack_channels(packed))
     complete = True
     if token.catchup_ref:
         packed = found.get(token.catchup_ref)
         complete = packed is not None
         token = token._replace(catchup_ref=b"",
-                        catchup=frozenset(unpack_channels(packed or b"")))
+                               catchup=frozenset(unpack_channels(packed or b"")))
     return token, frozenset(found), complete
 
 

@@ -549,7 +549,7 @@ def _resume(
             channels=request.query.values("h"))
     # Checked in this snapshot: any later change carries a stamp >= this page's fence.
     checked = decoded._replace(view_t=state.fence, view_fingerprint=state.probe.fingerprint,
-                      listing_version=state.probe.listing, view_private=private)
+                               listing_version=state.probe.listing, view_private=private)
     lost, gained = change.lost, change.gained
     if not lost and not gained:
         return None, checked, []
