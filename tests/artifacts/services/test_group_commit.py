@@ -51,6 +51,29 @@ async def _prepared(conn: psycopg.AsyncConnection[Any]) -> set[str]:
     return {row[0] for row in await cursor.fetchall()}
 
 
+def _prepared_around(
+    community: Community, warm_up: list[dict[str, Any]], batch: list[dict[str, Any]]
+) -> tuple[list[IngestResult], set[str], set[str]]:
+    """`batch`'s results on one connection (its fence prepared, `warm_up` written first), and
+    the statements its session held prepared before and after it."""
+
+    async def run() -> tuple[list[IngestResult], set[str], set[str]]:
+        conn = await _connect()
+        try:
+            await prepare_fence(conn)
+            committer = GroupCommit(_lent(conn))
+            await _together(committer, community, warm_up)
+            before = await _prepared(conn)
+            results = await _together(committer, community, batch)
+            after = await _prepared(conn)
+            await finish_publishing()
+            return results, before, after
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
 async def _together(
     committer: GroupCommit, community: Community, events: list[dict[str, Any]]
 ) -> list[IngestResult]:
@@ -250,22 +273,9 @@ def test_a_rollback_to_a_savepoint_keeps_the_sessions_prepared_statements() -> N
     author = make_key()
     h = make_channel(community, owner=author)
 
-    async def run() -> tuple[list[IngestResult], set[str], set[str]]:
-        conn = await _connect()
-        try:
-            await prepare_fence(conn)
-            committer = GroupCommit(_lent(conn))
-            await _together(committer, community, [_create(author, h), _create(author, h)])
-            before = await _prepared(conn)
-            results = await _together(committer, community, [
-                _update(author, h, str(uuid.uuid4()), "ab" * 32), _create(author, h)])
-            after = await _prepared(conn)
-            await finish_publishing()
-            return results, before, after
-        finally:
-            await conn.close()
-
-    results, before, after = asyncio.run(run())
+    results, before, after = _prepared_around(
+        community, [_create(author, h), _create(author, h)],
+        [_update(author, h, str(uuid.uuid4()), "ab" * 32), _create(author, h)])
     assert [r.accepted for r in results] == [False, True]
     assert FENCE_STATEMENT in before
     assert before <= after
@@ -358,23 +368,10 @@ def test_a_refused_create_in_a_run_that_opens_the_batch_keeps_the_sessions_prepa
     h = make_channel(community, owner=author)
     taken = str(uuid.uuid4())
 
-    async def run() -> tuple[list[IngestResult], set[str], set[str]]:
-        conn = await _connect()
-        try:
-            await prepare_fence(conn)
-            committer = GroupCommit(_lent(conn))
-            await _together(committer, community, [_create(author, h, taken), _create(author, h)])
-            before = await _prepared(conn)
-            results = await _together(committer, community, [
-                _create(author, h), _create(author, h), _create(author, h, taken, n=1),
-                _create(author, h)])
-            after = await _prepared(conn)
-            await finish_publishing()
-            return results, before, after
-        finally:
-            await conn.close()
-
-    results, before, after = asyncio.run(run())
+    results, before, after = _prepared_around(
+        community, [_create(author, h, taken), _create(author, h)],
+        [_create(author, h), _create(author, h), _create(author, h, taken, n=1),
+         _create(author, h)])
     assert [r.message for r in results] == ["", "", "invalid: artifact identity is taken", ""]
     stored = _stored(community)
     assert {r.event_id for r in results if r.accepted} <= stored
