@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache, lru_cache
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -230,16 +230,23 @@ async def end_read(conn: psycopg.AsyncConnection[Any]) -> None:
 
 
 async def read_page_async(
-    read: OpenRead, request: RoundRequest, *, ready: bool, identity: str
+    read: OpenRead,
+    request: RoundRequest,
+    *,
+    ready: bool,
+    identity: str,
+    overlap: timedelta | None = None,
 ) -> Page:
-    """One page of `request`'s round in the transaction `read` began; commits it.
+    """One page of `request`'s round in the transaction `read` began; commits it. `overlap`:
+    the setting's unless given (as `rounds.read_page`'s).
 
     Raises psycopg's errors: QueryCanceled past the read budget, OperationalError when the
     database is unavailable. A failed page leaves its transaction open; the pool rolls it back
     when the connection is returned.
     """
     cursor = read.cursor
-    steps = page_steps(request, fence=read.fence, identity=identity, ready=ready)
+    steps = page_steps(request, fence=read.fence, identity=identity, ready=ready,
+                       overlap=overlap)
     async def run(statement: Statement) -> Rows:
         await cursor.execute(statement[0], statement[1], prepare=True)
         return await cursor.fetchall()

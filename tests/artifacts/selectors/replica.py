@@ -8,6 +8,7 @@ what a reader ends up holding.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -15,8 +16,11 @@ from typing import Any
 import orjson
 
 from artifacts.models import Community
+from artifacts.selectors import async_reads
 from artifacts.selectors.filters import parse_filter
-from artifacts.selectors.rounds import Page, prepare_round, read_page
+from artifacts.selectors.rounds import Page, RoundRequest, prepare_round, read_page
+from artifacts.selectors.sync_epoch import connection_identity
+from relaycore.db import psycopg_connect_kwargs
 
 
 def tag(event: dict[str, Any], name: str) -> str | None:
@@ -33,7 +37,15 @@ class Replica:
         types: list[str] | None = None,
         overlap: timedelta = timedelta(0),
         view_changes: str | None = None,
+        driver: str = "sync",
     ) -> None:
+        """`driver`: "sync" reads pages with `rounds.read_page` (Django's connection), "async"
+        as the HTTP edge does (`async_reads.begin_read` and `read_page_async` on a connection
+        of the read pool's class, kept for the replica's pages on a loop of its own)."""
+        assert driver in ("sync", "async"), driver
+        self.driver = driver
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._conn: async_reads.ReadConnection | None = None
         self.community = community
         self.reader = reader
         self.filter: dict[str, Any] = {"artifact": "current"}
@@ -62,15 +74,45 @@ class Replica:
         request = prepare_round(
             community_id=self.community.pk, reader=self.reader, query=query
         )
-        page = read_page(
-            request,
-            ready=ready,
-            overlap=self.overlap,
-            before_snapshot=before_snapshot,
-            **options,
-        )
+        if self.driver == "async":
+            assert before_snapshot is None and not options, "the async driver takes neither"
+            page = self._async_page(request, ready=ready)
+        else:
+            page = read_page(
+                request,
+                ready=ready,
+                overlap=self.overlap,
+                before_snapshot=before_snapshot,
+                **options,
+            )
         self.apply(page)
         return page
+
+    def _async_page(self, request: RoundRequest, *, ready: bool) -> Page:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+
+        async def page() -> Page:
+            if self._conn is None:
+                self._conn = await async_reads.ReadConnection.connect(
+                    **psycopg_connect_kwargs(), autocommit=True)
+                await async_reads.configure_connection(self._conn)
+            read, found = await async_reads.begin_read(self._conn, self.community.host)
+            assert found is not None and found.pk == self.community.pk
+            identity = await connection_identity(self._conn)
+            return await async_reads.read_page_async(
+                read, request, ready=ready, identity=identity, overlap=self.overlap)
+
+        return self._loop.run_until_complete(page())
+
+    def close(self) -> None:
+        """Close the async driver's connection and loop (nothing for the sync driver)."""
+        if self._loop is not None:
+            if self._conn is not None:
+                self._loop.run_until_complete(self._conn.close())
+                self._conn = None
+            self._loop.close()
+            self._loop = None
 
     def apply(self, page: Page) -> None:
         if page.reset:
