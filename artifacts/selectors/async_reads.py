@@ -7,6 +7,15 @@ one REPEATABLE READ, read-only transaction under the read budget, and its statem
 prepared on the server. The connections come from a pool of their own per process and event
 loop, opened on first use, named like the relay's other connections (readiness item 4 reads the
 name).
+
+A page that may be quiet (`rounds.may_be_quiet`: the next continuation round, which most polls
+of a quiet community are) sends its first statement and COMMIT as one simple-protocol message:
+the statement prepared in the session (`QUIET_PAGE_STATEMENT`), its values written into the
+message. When the first statement's rows say the page needs more, its snapshot is gone, and the
+page is read again from the start in a new one: exactly a page served a moment later (the
+fence was read before both snapshots), at the cost of a round trip and the first statement
+again. So a community whose continuations lately needed more is read the plain way for the
+overlap's length, the time a write keeps its continuations busy (`_expect_quiet`).
 """
 
 from __future__ import annotations
@@ -33,7 +42,15 @@ from artifacts.selectors.communities import (
     lookup_statement,
 )
 from artifacts.selectors.fence import fence_then, prepare_fence
-from artifacts.selectors.rounds import Page, RoundRequest, page_steps
+from artifacts.selectors.rounds import (
+    FIRST_STATEMENT_PARAMS,
+    Page,
+    PageSteps,
+    RoundRequest,
+    first_statement,
+    may_be_quiet,
+    page_steps,
+)
 from relaycore.db import (
     RECENT_SECONDS,
     pool_options,
@@ -51,6 +68,7 @@ __all__ = [
     "end_read",
     "lookup_community",
     "note_used",
+    "prepare_session",
     "read_page_async",
     "roll_back",
 ]
@@ -106,11 +124,40 @@ def _cursor_for_page(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[
     return conn.page_cursor() if isinstance(conn, ReadConnection) else conn.cursor()
 
 
+# A page's first statement prepared by name in each session of the pool, with its parameters
+# (rounds.FIRST_STATEMENT_PARAMS) in order, for the quiet page's one message.
+QUIET_PAGE_STATEMENT = "buzz_quiet_page"
+_QUIET_PAGE_TYPES = ("bigint", "text", "timestamptz", "timestamptz")
+
+
+@cache
+def _prepare_quiet_page() -> str:
+    statement = first_statement()
+    for position, name in enumerate(FIRST_STATEMENT_PARAMS, start=1):
+        statement = statement.replace(f"%({name})s", f"${position}")
+    return f"PREPARE {QUIET_PAGE_STATEMENT} ({', '.join(_QUIET_PAGE_TYPES)}) AS {statement}"
+
+
+async def prepare_session(
+    conn: psycopg.AsyncConnection[Any], *, unless_prepared: bool = False
+) -> None:
+    """Prepare the session's statements (the fence, the quiet page's first statement), outside
+    any transaction; with `unless_prepared`, only those the session does not hold."""
+    await prepare_fence(conn, unless_prepared=unless_prepared)
+    if unless_prepared:
+        cursor = await conn.execute(
+            "SELECT 1 FROM pg_prepared_statements WHERE name = %s", (QUIET_PAGE_STATEMENT,)
+        )
+        if await cursor.fetchone() is not None:
+            return
+    await conn.execute(_prepare_quiet_page())
+
+
 async def configure_connection(conn: psycopg.AsyncConnection[Any]) -> None:
     """What each new connection of the pool gets before its first use (bench/round_floor.py
     gives its own connections the same)."""
     if fence_prepared():
-        await prepare_fence(conn)
+        await prepare_session(conn)
 
 
 async def connection_pool() -> AsyncConnectionPool:
@@ -212,10 +259,10 @@ async def roll_back(conn: psycopg.AsyncConnection[Any]) -> None:
     """ROLLBACK the connection's transaction, keeping the session as `configure_connection`
     left it: after a ROLLBACK psycopg deallocates every statement the session prepared (it
     cannot tell whether the transaction created what they refer to), the fence's among them,
-    when psycopg had prepared any of its own."""
+    when psycopg had prepared any of its own (and the quiet page's)."""
     await conn.rollback()
     if fence_prepared():
-        await prepare_fence(conn, unless_prepared=True)
+        await prepare_session(conn, unless_prepared=True)
 
 
 async def end_read(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -237,25 +284,110 @@ async def read_page_async(
     identity: str,
     overlap: timedelta | None = None,
 ) -> Page:
-    """One page of `request`'s round in the transaction `read` began; commits it. `overlap`:
-    the setting's unless given (as `rounds.read_page`'s).
+    """One page of `request`'s round in the transaction `read` began; commits it (a page that
+    may be quiet, in its first statement's message: the module's docstring). `overlap`: the
+    setting's unless given (as `rounds.read_page`'s).
 
     Raises psycopg's errors: QueryCanceled past the read budget, OperationalError when the
     database is unavailable. A failed page leaves its transaction open; the pool rolls it back
     when the connection is returned.
     """
     cursor = read.cursor
-    steps = page_steps(request, fence=read.fence, identity=identity, ready=ready,
-                       overlap=overlap)
-    async def run(statement: Statement) -> Rows:
-        await cursor.execute(statement[0], statement[1], prepare=True)
-        return await cursor.fetchall()
+    if overlap is None:
+        overlap = timedelta(seconds=settings.ARTIFACT_SYNC_OVERLAP_SECONDS)
 
-    page = await drive_async(steps, run)
-    await cursor.execute("COMMIT")
+    def steps() -> PageSteps:
+        return page_steps(request, fence=read.fence, identity=identity, ready=ready,
+                          overlap=overlap)
+
+    if not may_be_quiet(request) or not fence_prepared():
+        page, _ = await _plain_page(cursor, steps())
+    elif not _expect_quiet(request.community_id):
+        page, statements = await _plain_page(cursor, steps())
+        if statements > 1:
+            _note_not_quiet(request.community_id, overlap)
+    elif (quiet := await _quiet_page(cursor, steps())) is not None:
+        page = quiet
+    else:
+        _note_not_quiet(request.community_id, overlap)
+        await cursor.execute(_BEGIN)  # the page again, in a new snapshot
+        page, _ = await _plain_page(cursor, steps())
     if page.store is not None:
         # The sets the token names by digest, stored before the token is handed out (the
         # connection is in autocommit: one statement, one transaction).
         await cursor.execute(page.store[0], page.store[1])
     note_used(cursor.connection)
     return page
+
+
+async def _plain_page(cursor: psycopg.AsyncCursor[Any], steps: PageSteps) -> tuple[Page, int]:
+    """The page, each statement a round trip, then COMMIT: (the page, its statements)."""
+    statements = 0
+
+    async def run(statement: Statement) -> Rows:
+        nonlocal statements
+        statements += 1
+        await cursor.execute(statement[0], statement[1], prepare=True)
+        return await cursor.fetchall()
+
+    page = await drive_async(steps, run)
+    await cursor.execute("COMMIT")
+    return page, statements
+
+
+async def _quiet_page(cursor: psycopg.AsyncCursor[Any], steps: PageSteps) -> Page | None:
+    """The page's first statement and COMMIT in one simple-protocol message: the page when it
+    needed nothing more, else None (the transaction is over, and the page must start again).
+    A session that lost its prepared statements (a ROLLBACK on it, see `roll_back`) prepares
+    them again, and the page starts again."""
+    _sql, params = next(steps)
+    assert isinstance(params, dict)
+    try:
+        await cursor.execute(_quiet_message(params))
+    except psycopg.errors.InvalidSqlStatementName:
+        await roll_back(cursor.connection)
+        steps.close()
+        return None
+    rows = await cursor.fetchall()
+    cursor.nextset()  # COMMIT's
+    try:
+        steps.send(rows)
+    except StopIteration as done:
+        page: Page = done.value
+        return page
+    steps.close()
+    return None
+
+
+def _quiet_message(params: dict[str, Any]) -> str:
+    """`EXECUTE` of the session's first statement with `params` written as literals, then
+    COMMIT. The values are the relay's own, not a client's text: the community's id, the
+    authenticated reader's key (hex; checked again here to be 64 ASCII letters or digits, so
+    nothing in it can end the literal), two aware datetimes."""
+    community, reader = int(params["community"]), params["reader"]
+    low: datetime = params["pending_low"]
+    t: datetime = params["pending_t"]
+    if len(reader) != 64 or not reader.isalnum() or not reader.isascii():
+        raise ValueError(f"not a public key: {reader!r}")
+    return (f"EXECUTE {QUIET_PAGE_STATEMENT}({community}, '{reader}',"
+            f" '{low.isoformat()}', '{t.isoformat()}'); COMMIT")
+
+
+# Communities whose continuation pages lately needed more than their first statement, with the
+# monotonic time until which their pages are read the plain way (one guess per community, not
+# per reader: a write within the overlap keeps every continuation of its community busy). A
+# wrong guess either way costs time, never a different page. Bounded: past NOT_QUIET_MAX
+# entries the guesses start over.
+NOT_QUIET_MAX = 10_000
+_not_quiet_until: dict[int, float] = {}
+
+
+def _expect_quiet(community_id: int) -> bool:
+    until = _not_quiet_until.get(community_id)
+    return until is None or until <= time.monotonic()
+
+
+def _note_not_quiet(community_id: int, overlap: timedelta) -> None:
+    if len(_not_quiet_until) >= NOT_QUIET_MAX and community_id not in _not_quiet_until:
+        _not_quiet_until.clear()
+    _not_quiet_until[community_id] = time.monotonic() + max(overlap.total_seconds(), 1.0)

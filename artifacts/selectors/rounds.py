@@ -88,6 +88,10 @@ _ORIGIN = datetime(1970, 1, 1, tzinfo=UTC)
 # snapshot's xmin and xmax (xid8): a round's first page keeps its xmin in the token, for the next
 # round's "re-read, not re-sent" (round_sql._unseen); `pg_current_snapshot()` is the
 # transaction's snapshot here (REPEATABLE READ), so the one the page classifies by.
+# The page's first statement: its snapshot, and what the rest of the page decides by. A quiet
+# page needs nothing else (`may_be_quiet`); the asyncio driver prepares it in each session of
+# its pool under its parameters' names in this order (`async_reads`).
+FIRST_STATEMENT_PARAMS = ("community", "reader", "pending_low", "pending_t")
 _FIRST_STATEMENT = (
     f"SELECT now(), {EPOCH_SQL}, co.artifacts_enabled, co.artifact_types, {PROBE_COLUMNS},"
     " EXISTS (SELECT 1 FROM artifact_heads h WHERE h.community_id = co.id"
@@ -221,6 +225,23 @@ def read_page(
         with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
             execute_prepared(cursor, *page.store)
     return page
+
+
+def first_statement() -> str:
+    """The SQL of every page's first statement (its parameters: FIRST_STATEMENT_PARAMS)."""
+    return _FIRST_STATEMENT
+
+
+def may_be_quiet(request: RoundRequest) -> bool:
+    """Whether the request's page could be answered by its first statement alone: a page that
+    starts the next continuation round of a finished one and names no stored set. It is quiet
+    when the round's range holds no candidate and the view is unchanged, which only that
+    statement's rows tell (`async_reads.read_page_async` may end the snapshot with it)."""
+    decoded = request.decoded
+    return (
+        isinstance(decoded, ProgressToken) and _finished(decoded)
+        and not decoded.private_ref and not decoded.catchup_ref
+    )
 
 
 def run_steps(cursor: CursorWrapper, steps: PageSteps) -> Page:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
+from django.utils import timezone
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from artifacts.models import ChannelSet
@@ -18,7 +22,8 @@ from artifacts.selectors.rounds import prepare_round
 from artifacts.selectors.sync_epoch import connection_identity
 from artifacts.tokens import MAX_PRIVATE_CHANNELS
 from relaycore.db import psycopg_connect_kwargs
-from tests.factories import add_member, make_channel, make_community, make_key
+from tests.artifacts.selectors.replica import Replica
+from tests.factories import add_member, create_artifact, make_channel, make_community, make_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -189,3 +194,109 @@ def test_the_read_pools_connections_keep_one_cursor_for_their_pages() -> None:
             assert one is not other
 
     asyncio.run(pages())
+
+
+def test_a_quiet_continuation_commits_in_its_first_statements_message_and_a_busy_one_reads_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A continuation page guessed quiet sends its first statement (prepared in the session)
+    and COMMIT as one message, and ends with its transaction over. One that needed more (a
+    write landed in its range) is read again from its first statement in one new REPEATABLE
+    READ transaction and delivers the write; its community's next pages are read the plain way
+    (a COMMIT of their own)."""
+    monkeypatch.setattr(async_reads, "_not_quiet_until", {})
+    owner, reader = make_key(), make_key()
+    community = make_community("guess.example")
+    h = make_channel(community, owner=owner, members=[reader])
+    create_artifact(community, owner, h)
+    replica = Replica(community, reader.pubkey, driver="async")
+    statements: list[tuple[str, TransactionStatus]] = []
+    real_execute = psycopg.AsyncCursor.execute
+
+    async def recorded(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        statements.append((str(query), self.connection.info.transaction_status))
+        return await real_execute(self, query, params, **kw)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", recorded)
+    try:
+        replica.round()  # a full round: not a guess
+        assert not any(query.startswith("EXECUTE buzz_quiet_page") for query, _ in statements)
+        del statements[:]
+        quiet = replica.page()
+        assert not quiet.events and not quiet.more and not quiet.reset
+        assert len(statements) == 2  # begin_read's batch, then the page's one message
+        assert statements[1][0].startswith(f"EXECUTE {async_reads.QUIET_PAGE_STATEMENT}(")
+        assert statements[1][0].endswith("; COMMIT")
+        assert replica._conn is not None
+        assert replica._conn.info.transaction_status == TransactionStatus.IDLE
+
+        _d, head = create_artifact(community, owner, h)
+        del statements[:]
+        busy = replica.page()
+        assert [orjson.loads(raw)["id"] for raw in busy.events] == [head]
+        assert statements[1][0].startswith("EXECUTE buzz_quiet_page")
+        assert statements[2][0].startswith("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        again = statements[3:]  # read again, from the start: every statement in the new one
+        assert len(again) > 2 and again[-1][0] == "COMMIT"
+        assert all(status == TransactionStatus.INTRANS for _, status in again)
+        assert community.pk in async_reads._not_quiet_until
+
+        del statements[:]
+        assert not replica.page().events  # busy lately: the plain way, COMMIT on its own
+        assert statements[-1][0] == "COMMIT" and len(statements) == 3
+    finally:
+        monkeypatch.undo()
+        replica.close()
+
+
+def test_a_quiet_page_prepares_its_statement_again_after_a_rollback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a ROLLBACK psycopg deallocates every statement of the session, the quiet page's
+    among them: the next quiet page prepares it again and is answered alike."""
+    monkeypatch.setattr(async_reads, "_not_quiet_until", {})
+    owner, reader = make_key(), make_key()
+    community = make_community("again.example")
+    make_channel(community, owner=owner, members=[reader])
+    replica = Replica(community, reader.pubkey, driver="async")
+    try:
+        replica.round()
+        first = replica.page()
+        assert replica._loop is not None and replica._conn is not None
+        conn = replica._conn
+        replica._loop.run_until_complete(conn.execute("DEALLOCATE ALL"))
+        assert async_reads.QUIET_PAGE_STATEMENT not in replica._loop.run_until_complete(
+            prepared_names(conn))
+        again = replica.page()
+        assert (again.events, again.removed, again.more, again.reset) == (
+            first.events, first.removed, first.more, first.reset) == ([], [], False, False)
+        assert async_reads.QUIET_PAGE_STATEMENT in replica._loop.run_until_complete(
+            prepared_names(conn))
+    finally:
+        replica.close()
+
+
+def test_the_guesses_of_busy_communities_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process remembers at most NOT_QUIET_MAX busy communities: past it the guesses start
+    over (a wrong guess costs time, never a different page)."""
+    monkeypatch.setattr(async_reads, "_not_quiet_until", {})
+    monkeypatch.setattr(async_reads, "NOT_QUIET_MAX", 3)
+    for community_id in range(10):
+        async_reads._note_not_quiet(community_id, timedelta(seconds=120))
+        assert len(async_reads._not_quiet_until) <= 3
+        assert not async_reads._expect_quiet(community_id)
+    assert async_reads._expect_quiet(0)  # forgotten: guessed quiet again
+    async_reads._note_not_quiet(9, timedelta(0))  # at least a second, even without an overlap
+    assert not async_reads._expect_quiet(9)
+
+
+def test_the_quiet_pages_message_takes_only_a_public_key_for_the_reader() -> None:
+    """The values are written into the message: the reader must be 64 ASCII letters or digits
+    (it is the authenticated key, hex; checked again where it becomes SQL)."""
+    params = {"community": 7, "reader": "ab" * 32, "pending_low": timezone.now(),
+              "pending_t": timezone.now()}
+    message = async_reads._quiet_message(params)
+    assert message.startswith(f"EXECUTE buzz_quiet_page(7, '{'ab' * 32}', '")
+    for reader in ["ab" * 31 + "'x", "ab" * 32 + "a", "é" * 64, "' OR 1=1; --" + "a" * 52]:
+        with pytest.raises(ValueError, match="not a public key"):
+            async_reads._quiet_message({**params, "reader": reader})

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import orjson
 import pytest
@@ -42,6 +43,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from artifacts.models import ArtifactHead, ChannelSet
+from artifacts.selectors import async_reads
 from artifacts.services.channels import channel_archive, channel_restore, channel_unarchive
 from artifacts.services.communities import community_update_policy
 from tests.artifacts.selectors.reference import World, load_world
@@ -380,10 +382,24 @@ def test_incremental_reads_model_with_wide_views(wide: int, examples: int) -> No
     ids=["overlap-0", "overlap-120s-re-read-not-re-sent", "stored-sets"],
 )
 def test_incremental_reads_model_as_the_http_edge_reads(
-    model: type[SyncModel], examples: int
+    model: type[SyncModel], examples: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same machine, its pages read by the HTTP edge's driver (`async_reads.begin_read`
     and `read_page_async` on a connection of the read pool's class) instead of Django's: the
     same statements (`rounds.page_steps`), a different transaction, fence, cursor and store
-    of the sets a token names by digest."""
+    of the sets a token names by digest. Every continuation is guessed quiet (its first
+    statement and COMMIT in one message), so a page that needed more is read again in a new
+    snapshot (both outcomes, one by one: test_async_reads)."""
+    monkeypatch.setattr(async_reads, "_expect_quiet", lambda community_id: True)
+    outcomes = {"quiet": 0, "read again": 0}
+    quiet_page = async_reads._quiet_page
+
+    async def counted(cursor: Any, steps: Any) -> Any:
+        page = await quiet_page(cursor, steps)
+        outcomes["quiet" if page is not None else "read again"] += 1
+        return page
+
+    monkeypatch.setattr(async_reads, "_quiet_page", counted)
     _run(type(f"Edge{model.__name__}", (model,), {"DRIVER": "async"}), examples, 30)
+    print("guessed quiet:", outcomes)
+    assert sum(outcomes.values()) > 0, "no continuation page was guessed quiet"
