@@ -14,6 +14,12 @@ Python calls per round, and, with `--profile`, the functions that spent the most
 
     .venv/bin/python bench/profile_round.py                    # CPU us/round, calls/round
     .venv/bin/python bench/profile_round.py --profile --top 30
+    .venv/bin/python bench/profile_round.py --commit-ab        # the quiet page's COMMIT, A/B
+
+`--commit-ab` alternates runs of the driver as it is (a quiet page's first statement and
+COMMIT in one message, `async_reads`) with runs where it never guesses a page quiet (the
+COMMIT a round trip of its own), and prints for each the relay's CPU and PostgreSQL's (the
+database's server processes, read from /proc: the server must be on this machine) per round.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._harness import relay_env, services  # noqa: E402
+from bench._harness import print_table, relay_env, services  # noqa: E402
 from bench.load import HOST, READER_SECRET, migrate_and_community, prepare  # noqa: E402
 from nostr.nip98 import make_nip98_header  # noqa: E402
 
@@ -148,6 +154,8 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--save", metavar="FILE", help="write the cProfile stats to FILE")
+    parser.add_argument("--commit-ab", action="store_true",
+                        help="alternate the quiet page's COMMIT in its first round trip and apart")
     args = parser.parse_args()
 
     with services() as svc:
@@ -166,6 +174,10 @@ def main() -> int:
                     for _ in range(count)]
 
         loop.run_until_complete(rounds(application, body, signed(300)))  # warm
+        if args.commit_ab:
+            commit_ab(loop, application, body, signed, args)
+            loop.close()
+            return 0
         floor = Floor(loop, svc.redis_url)
         floor.rounds(300)  # warm
         cpu: list[float] = []
@@ -199,6 +211,52 @@ def main() -> int:
             stats.sort_stats("cumulative").print_stats(args.top)
         loop.close()
     return 0
+
+
+def commit_ab(loop: asyncio.AbstractEventLoop, app: Any, body: bytes, signed: Any,
+              args: argparse.Namespace) -> None:
+    """`--commit-ab`: relay and server CPU per quiet round, the COMMIT in the first
+    statement's round trip against a round trip of its own, runs alternated."""
+    from artifacts.selectors import async_reads
+
+    guess = async_reads._expect_quiet
+    sides: dict[str, Any] = {"one message": guess, "COMMIT apart": lambda community: False}
+    cpu: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
+    for _ in range(args.runs):
+        for side, expect_quiet in sides.items():
+            async_reads._expect_quiet = expect_quiet  # type: ignore[assignment]
+            headers = signed(args.rounds)
+            started, server = time.thread_time(), server_cpu()
+            loop.run_until_complete(rounds(app, body, headers))
+            cpu[side].append(((time.thread_time() - started) / args.rounds * 1e6,
+                              (server_cpu() - server) / args.rounds * 1e6))
+    async_reads._expect_quiet = guess  # type: ignore[assignment]
+    print(f"quiet continuation round, in-process, CPU us per round (median of {args.runs} x"
+          f" {args.rounds}, sides alternated)")
+    rows = [[side, f"{statistics.median(r for r, _ in runs):.0f}",
+             f"{statistics.median(s for _, s in runs):.0f}",
+             f"{statistics.median(r + s for r, s in runs):.0f}",
+             ", ".join(f"{r:.0f}+{s:.0f}" for r, s in runs)] for side, runs in cpu.items()]
+    print_table(["driver", "relay", "PostgreSQL", "both", "per run (relay+server)"], rows)
+
+
+def server_cpu() -> float:
+    """CPU seconds so far of this database's server processes (/proc: a local server)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+        pids = [pid for (pid,) in cursor.fetchall()]
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue  # ended since
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
 
 
 if __name__ == "__main__":
