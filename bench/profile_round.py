@@ -154,6 +154,8 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--save", metavar="FILE", help="write the cProfile stats to FILE")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio",
+                        help="the event loop (the served relay runs on uvloop)")
     parser.add_argument("--commit-ab", action="store_true",
                         help="alternate the quiet page's COMMIT in its first round trip and apart")
     args = parser.parse_args()
@@ -165,7 +167,7 @@ def main() -> int:
             svc, RELAY_RATE_LIMIT_ADDRESS_RATE="0", RELAY_RATE_LIMIT_PUBKEY_RATE="0"))
         from buzzrelay.asgi import application
 
-        loop = asyncio.new_event_loop()
+        loop = new_event_loop(args.loop)
         token = loop.run_until_complete(quiet_token(application))
         body = query_body(token)
 
@@ -211,6 +213,14 @@ def main() -> int:
             stats.sort_stats("cumulative").print_stats(args.top)
         loop.close()
     return 0
+
+
+def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:
+    if kind == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
 
 
 def commit_ab(loop: asyncio.AbstractEventLoop, app: Any, body: bytes, signed: Any,
