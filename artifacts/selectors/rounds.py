@@ -87,11 +87,8 @@ _ORIGIN = datetime(1970, 1, 1, tzinfo=UTC)
 # then skips both windows (the same indexes, an index probe each). The last two columns are the
 # snapshot's xmin and xmax (xid8): a round's first page keeps its xmin in the token, for the next
 # round's "re-read, not re-sent" (round_sql._unseen); `pg_current_snapshot()` is the
-# transaction's snapshot here (REPEATABLE READ), so the one the page classifies by.
-# The page's first statement: its snapshot, and what the rest of the page decides by. A quiet
-# page needs nothing else (`may_be_quiet`); the asyncio driver prepares it in each session of
-# its pool under its parameters' names in this order (`async_reads`).
-FIRST_STATEMENT_PARAMS = ("community", "reader", "pending_low", "pending_t")
+# transaction's snapshot here (REPEATABLE READ), so the one the page classifies by. A quiet page
+# needs nothing else (`may_be_quiet`).
 _FIRST_STATEMENT = (
     f"SELECT now(), {EPOCH_SQL}, co.artifacts_enabled, co.artifact_types, {PROBE_COLUMNS},"
     " EXISTS (SELECT 1 FROM artifact_heads h WHERE h.community_id = co.id"
@@ -107,6 +104,9 @@ _FIRST_STATEMENT = (
     " pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
     f" FROM {PROBE_FROM}"
 )
+# Its parameters, in the order the asyncio driver prepares it in each session of its pool
+# (`async_reads.QUIET_PAGE_STATEMENT`).
+FIRST_STATEMENT_PARAMS = ("community", "reader", "pending_low", "pending_t")
 # Below this distance between the previous round's first snapshot xmin and this page's xmax, the
 # 32-bit comparison of row xmins against it is exact (round_sql._unseen).
 _XID_HALF_RANGE = 1 << 31
