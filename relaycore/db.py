@@ -79,6 +79,22 @@ def server_spoke_while_idle(connection: Any) -> bool:
     return bool(readable)
 
 
+async def prepare_in_session(
+    conn: psycopg.AsyncConnection[Any], name: str, definition: str, *,
+    unless_prepared: bool = False,
+) -> None:
+    """`PREPARE name definition` in `conn`'s session (outside any transaction; `definition` is
+    what follows the name: its parameter types, if any, and `AS` the statement); with
+    `unless_prepared`, only when the session holds no statement of that name already."""
+    if unless_prepared:
+        cursor = await conn.execute(
+            "SELECT 1 FROM pg_prepared_statements WHERE name = %s", (name,)
+        )
+        if await cursor.fetchone() is not None:
+            return
+    await conn.execute(f"PREPARE {name} {definition}")
+
+
 class TransactionNow(models.Func):
     """PostgreSQL's `now()`: the transaction's start on the database clock.
 

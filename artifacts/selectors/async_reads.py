@@ -54,6 +54,7 @@ from artifacts.selectors.rounds import (
 from relaycore.db import (
     RECENT_SECONDS,
     pool_options,
+    prepare_in_session,
     psycopg_connect_kwargs,
     server_spoke_while_idle,
 )
@@ -131,11 +132,11 @@ _QUIET_PAGE_TYPES = ("bigint", "text", "timestamptz", "timestamptz")
 
 
 @cache
-def _prepare_quiet_page() -> str:
+def _quiet_page_definition() -> str:
     statement = first_statement()
     for position, name in enumerate(FIRST_STATEMENT_PARAMS, start=1):
         statement = statement.replace(f"%({name})s", f"${position}")
-    return f"PREPARE {QUIET_PAGE_STATEMENT} ({', '.join(_QUIET_PAGE_TYPES)}) AS {statement}"
+    return f"({', '.join(_QUIET_PAGE_TYPES)}) AS {statement}"
 
 
 async def prepare_session(
@@ -144,13 +145,8 @@ async def prepare_session(
     """Prepare the session's statements (the fence, the quiet page's first statement), outside
     any transaction; with `unless_prepared`, only those the session does not hold."""
     await prepare_fence(conn, unless_prepared=unless_prepared)
-    if unless_prepared:
-        cursor = await conn.execute(
-            "SELECT 1 FROM pg_prepared_statements WHERE name = %s", (QUIET_PAGE_STATEMENT,)
-        )
-        if await cursor.fetchone() is not None:
-            return
-    await conn.execute(_prepare_quiet_page())
+    await prepare_in_session(conn, QUIET_PAGE_STATEMENT, _quiet_page_definition(),
+                             unless_prepared=unless_prepared)
 
 
 async def configure_connection(conn: psycopg.AsyncConnection[Any]) -> None:
