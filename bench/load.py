@@ -157,6 +157,32 @@ def server_cpu(server: Server) -> float:
     return total
 
 
+def database_cpu() -> float:
+    """CPU seconds of the PostgreSQL server's processes on this machine (every database's: the
+    benchmark's is the only one busy while it runs)."""
+    total = 0.0
+    for process in psutil.process_iter(["name", "cpu_times"]):
+        name, times = process.info["name"] or "", process.info["cpu_times"]
+        if times is not None and (name == "postgres" or name.startswith("postgres:")):
+            total += times.user + times.system
+    return total
+
+
+class CpuMeter:
+    """The relay's and the database server's CPU over one run, per request served: on a
+    shared, noisy machine a rate alone cannot tell a cheaper request from a quieter minute."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.relay, self.database = server_cpu(server), database_cpu()
+
+    def per_request(self, run: Run, requests: int) -> Run:
+        requests = max(requests, 1)
+        run.relay_cpu_us = (server_cpu(self.server) - self.relay) * 1e6 / requests
+        run.db_cpu_us = (database_cpu() - self.database) * 1e6 / requests
+        return run
+
+
 class Reader:
     """One simulated client: a collection (d -> event id) and its progress token."""
 
@@ -392,6 +418,10 @@ class Run:
     p99_ms: float
     failed: int
     note: str = ""
+    # CPU per request (us) of the relay's processes and of the database server's, over the run
+    # (`CpuMeter`); None where not measured.
+    relay_cpu_us: float | None = None
+    db_cpu_us: float | None = None
 
 
 def _signed_enough(result: WrkResult, signed: int) -> str:
@@ -554,11 +584,15 @@ def _median(runs: list[Run], attribute: str) -> float:
 def print_runs(title: str, unit: str, sides: list[Side], runs: dict[str, list[Run]]) -> None:
     print(f"\n{title}")
     notes = any(run.note for side_runs in runs.values() for run in side_runs)
+    cpu = any(run.relay_cpu_us is not None for side_runs in runs.values() for run in side_runs)
     for side in sides:
         print(f"{side.name}: {side.label}")
-        print_table(["run", f"{unit}/s", "p50 ms", "p99 ms", "failed", *(["note"] * notes)],
+        print_table(["run", f"{unit}/s", "p50 ms", "p99 ms", "failed",
+                     *(["relay CPU us", "database CPU us"] * cpu), *(["note"] * notes)],
                     [[i + 1, f"{run.rate:.0f}", f"{run.p50_ms:.1f}", f"{run.p99_ms:.1f}",
-                      run.failed, *([run.note or "-"] * notes)]
+                      run.failed, *([f"{run.relay_cpu_us or 0:.0f}",
+                                     f"{run.db_cpu_us or 0:.0f}"] * cpu),
+                      *([run.note or "-"] * notes)]
                      for i, run in enumerate(runs[side.name])])
 
 
@@ -571,7 +605,15 @@ def summary_row(figure: str, runs: dict[str, list[Run]]) -> list[object]:
         f"{_median(base, 'p99_ms'):.1f} / {_median(cand, 'p99_ms'):.1f}",
         f"{_median(cand, 'p99_ms') / max(_median(base, 'p99_ms'), 1e-9):.3f}",
         f"{sum(r.failed for r in base)} / {sum(r.failed for r in cand)}",
+        _cpu_pair(base, cand, "relay_cpu_us"), _cpu_pair(base, cand, "db_cpu_us"),
     ]
+
+
+def _cpu_pair(base: list[Run], cand: list[Run], attribute: str) -> str:
+    """Median CPU us per request, baseline / candidate ("-" where not measured)."""
+    if any(getattr(run, attribute) is None for run in (*base, *cand)):
+        return "-"
+    return f"{_median(base, attribute):.0f} / {_median(cand, attribute):.0f}"
 
 
 def ab(
@@ -624,12 +666,14 @@ def _ab_figures(
             served_rounds: list[Run] = []
             for _ in range(rounds):
                 for side in sides:
+                    meter = CpuMeter(side.server)
                     result, signed, _ = throughput(side.server, seconds=seconds,
                                                    connections=conns, expected_rps=_sized(rates))
                     rates.append(result.requests_per_second)
-                    runs[side.name].append(Run(
+                    runs[side.name].append(meter.per_request(Run(
                         result.requests_per_second, result.p50_ms, result.p99_ms,
-                        result.non_2xx + result.errors, _signed_enough(result, signed)))
+                        result.non_2xx + result.errors, _signed_enough(result, signed)),
+                        result.requests))
                 floor.append(floor_run(svc, seconds=seconds, connections=conns,
                                        processes=workers))
                 served_rounds.append(served_floor_run(served, quiet, seconds=seconds,
@@ -680,12 +724,14 @@ def _ab_figures(
                                                     expected_rps=_sized(rates))))
             for side in sides:
                 before = heads_in_write_channel(svc, community_id)
+                meter = CpuMeter(side.server)
                 result, signed, accepted, refused = writes(
                     side.server, seconds=seconds, connections=first,
                     expected_rps=_sized(rates))
+                run = meter.per_request(write_run(result, signed, accepted, refused),
+                                        result.requests)
                 stored = heads_in_write_channel(svc, community_id) - before
                 rates.append(result.requests_per_second)
-                run = write_run(result, signed, accepted, refused)
                 # wrk stops with up to one request per connection in flight: the relay may store
                 # those writes without wrk counting their answers.
                 if not accepted <= stored <= accepted + first:
@@ -707,7 +753,8 @@ def _ab_figures(
     print(f"\nA/B medians over {rounds} runs per side, alternating (baseline {sides[0].label}; "
           f"candidate {sides[1].label})")
     print_table(["figure", "baseline /s", "candidate /s", "candidate / baseline",
-                 "p50 ms b / c", "p99 ms b / c", "p99 c / b", "failed b / c"], summary)
+                 "p50 ms b / c", "p99 ms b / c", "p99 c / b", "failed b / c",
+                 "relay CPU us b / c", "database CPU us b / c"], summary)
     print("\nAgainst the floor (bench/round_floor.py: the same statements, a bare verify and a"
           " Redis SET NX per round, no HTTP edge), medians of the runs interleaved above")
     print_table(["figure", "floor /s", "baseline / floor", "candidate / floor",
