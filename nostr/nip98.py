@@ -26,6 +26,7 @@ from nostr.events import (
     sign,
     single_tag_value,
 )
+from nostr.jsonstrict import StrictJSONError, loads_keeping_last_duplicate
 from nostr.kinds import KIND_HTTP_AUTH
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "KIND_HTTP_AUTH",
     "Nip98Auth",
     "Nip98Error",
+    "claimed_pubkey",
     "make_nip98_header",
     "normalize_url",
     "verify_nip98",
@@ -134,6 +136,18 @@ def verify_nip98(
     except InvalidEvent as exc:
         raise Nip98Error(f"invalid auth event: {exc}") from None
     return Nip98Auth(pubkey=event.pubkey, event_id=event.id, created_at=event.created_at)
+
+
+def claimed_pubkey(authorization: str | None, *, max_header_bytes: int = 2048) -> str | None:
+    """The public key the header's auth event names, checked by nothing: a guess, for work a
+    verifier may start before the header is verified (and must discard unless
+    ``verify_nip98`` then returns the same key). None when the header has no such key."""
+    try:
+        event = loads_keeping_last_duplicate(_decode_header(authorization, max_header_bytes))
+    except (Nip98Error, StrictJSONError):
+        return None
+    pubkey = event.get("pubkey") if isinstance(event, dict) else None
+    return pubkey if isinstance(pubkey, str) and len(pubkey) == 64 else None
 
 
 def make_nip98_header(

@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 
 from nostr import schnorr
 from nostr.events import sign_event
-from nostr.nip98 import Nip98Auth, Nip98Error, make_nip98_header, normalize_url, verify_nip98
+from nostr.nip98 import (
+    Nip98Auth,
+    Nip98Error,
+    claimed_pubkey,
+    make_nip98_header,
+    normalize_url,
+    verify_nip98,
+)
 
 SECRET = "3b1e9a3c1ec6d4f3e0bd0e6bb0c2e5f9d0f1a2b3c4d5e6f708192a3b4c5d6e7f"
 PUBKEY = schnorr.pubkey_from_secret(SECRET)
@@ -384,3 +391,37 @@ def test_arbitrary_signed_events_raise_only_nip98_error(
 ) -> None:
     with contextlib.suppress(Nip98Error):
         _verify(_header(tags, kind=kind, created_at=NOW + skew), body=None, url=url)
+
+
+# --- the key a header claims, unverified -------------------------------------------------------
+
+
+def test_the_claimed_key_is_the_events_before_any_check() -> None:
+    """`claimed_pubkey` reads the key without checking anything else: a stale, misdirected or
+    forged header still names it (the caller discards work done for it unless verification
+    names the same key)."""
+    header = make_nip98_header(SECRET, url=URL, method="POST", body=BODY, created_at=NOW)
+    assert claimed_pubkey(header) == PUBKEY == _verify(header).pubkey
+    event = orjson.loads(base64.b64decode(header.split()[1]))
+    forged = base64.b64encode(orjson.dumps({**event, "sig": "0" * 128})).decode()
+    assert claimed_pubkey(f"Nostr {forged}") == PUBKEY  # a broken signature
+    assert claimed_pubkey(_header(_post_tags(url="http://elsewhere/"), created_at=1)) == PUBKEY
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        None,
+        "",
+        "Basic dXNlcjpwYXNz",
+        "Nostr",
+        "Nostr !!!",
+        "Nostr " + base64.b64encode(b"[1, 2]").decode(),
+        "Nostr " + base64.b64encode(b'{"pubkey": 7}').decode(),
+        "Nostr " + base64.b64encode(b'{"pubkey": "abc"}').decode(),
+        "Nostr " + base64.b64encode(b'{"pubkey": "' + b"a" * 64 + b'"').decode(),
+        "Nostr " + "A" * 4000,
+    ],
+)
+def test_a_header_without_a_key_claims_none(header: str | None) -> None:
+    assert claimed_pubkey(header) is None
