@@ -23,6 +23,7 @@ from artifacts.selectors.async_reads import (
     begin_read,
     connection_pool,
     end_read,
+    guess_quiet_round,
     note_used,
     read_page_async,
 )
@@ -34,6 +35,7 @@ from artifacts.selectors.sync_epoch import connection_identity
 from artifacts.services.ingest import ingest_event
 from artifacts.services.loop_ingest import ingest_on_loop
 from artifacts.tokens import InvalidProgress
+from nostr.nip98 import claimed_pubkey
 from relaycore import readiness_gate
 from relaycore.dbthreads import run_db
 from relaycore.edge.exceptions import InvalidRequest, ServiceUnavailable, UnknownCommunity
@@ -87,7 +89,12 @@ class QueryView(RelayAPIView):
     async def community_on_loop(self, host: str) -> Community | None:
         self._pool = await connection_pool()
         self._conn = await self._pool.getconn()
-        self._read, community = await begin_read(self._conn, host)
+        # A quiet continuation page may be read in the same round trip, guessed before the
+        # community and the reader are known (async_reads: `parse` takes it only if both hold).
+        request = self.request
+        guess = guess_quiet_round(host, request_body(request), claimed_pubkey(
+            request._request.META.get("HTTP_AUTHORIZATION")))
+        self._read, community = await begin_read(self._conn, host, guess=guess)
         return community
 
     async def release(self) -> None:
@@ -101,11 +108,15 @@ class QueryView(RelayAPIView):
                 self._conn = None
 
     def parse(self, request: Request) -> tuple[QueryFilter, RoundRequest | None]:
+        community_id = request.community.pk  # type: ignore[attr-defined]
+        guess = self._read.guess if self._read is not None else None
+        if (guess is not None and guess.community_id == community_id
+                and guess.reader == request.user.pubkey):
+            return guess.query, guess  # the body, community and reader it was made of
         try:
             query = parse_query_body(request_body(request))
             if not query.incremental:
                 return query, None
-            community_id = request.community.pk  # type: ignore[attr-defined]
             return query, prepare_round(
                 community_id=community_id, reader=request.user.pubkey, query=query
             )

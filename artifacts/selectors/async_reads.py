@@ -16,6 +16,14 @@ page is read again from the start in a new one: exactly a page served a moment l
 fence was read before both snapshots), at the cost of a round trip and the first statement
 again. So a community whose continuations lately needed more is read the plain way for the
 overlap's length, the time a write keeps its continuations busy (`_expect_quiet`).
+
+Such a page may go further still, into the page's first message itself (`begin_read` with a
+`guess`, `guess_quiet_round`): the request's community guessed from its host (the community
+last served there), its reader from the auth header's key, both before either is checked, so
+the one message reads the fence, begins the transaction, looks the community up, runs the
+first statement and commits. The guessed page is answered only when the lookup in the same
+snapshot names the guessed community and authentication then names the guessed reader;
+otherwise it is dropped unread, and the page is read as if no guess had been made.
 """
 
 from __future__ import annotations
@@ -42,15 +50,22 @@ from artifacts.selectors.communities import (
     lookup_statement,
 )
 from artifacts.selectors.fence import fence_then, prepare_fence
+from artifacts.selectors.filters import InvalidFilter, parse_query_body
 from artifacts.selectors.rounds import (
     FIRST_STATEMENT_PARAMS,
+    CommunityGone,
     Page,
     PageSteps,
     RoundRequest,
+    finds_pending,
     first_statement,
     may_be_quiet,
     page_steps,
+    prepare_round,
 )
+from artifacts.selectors.sync_epoch import connection_identity
+from artifacts.tokens import InvalidProgress, ProgressToken
+from relaycore import readiness_gate
 from relaycore.db import (
     RECENT_SECONDS,
     pool_options,
@@ -67,6 +82,7 @@ __all__ = [
     "configure_connection",
     "connection_pool",
     "end_read",
+    "guess_quiet_round",
     "lookup_community",
     "note_used",
     "prepare_session",
@@ -206,14 +222,18 @@ def note_used(conn: psycopg.AsyncConnection[Any]) -> None:
 
 @dataclass(frozen=True, slots=True)
 class OpenRead:
-    """A page's transaction, begun on `cursor`'s connection after its fence was read."""
+    """A page's transaction, begun on `cursor`'s connection after its fence was read; or, when
+    `begin_read`'s guess held, the page of `guess` read and its transaction committed."""
 
     cursor: psycopg.AsyncCursor[Any]
     fence: datetime
+    guess: RoundRequest | None = None
+    answered: Page | None = None
 
 
 async def begin_read(
-    conn: psycopg.AsyncConnection[Any], host: str
+    conn: psycopg.AsyncConnection[Any], host: str, *, guess: RoundRequest | None = None,
+    ready: bool | None = None, overlap: timedelta | None = None,
 ) -> tuple[OpenRead, Community | None]:
     """Read the fence, then begin the page's transaction and look up the community served at
     `host` (lowercase, no port) in it: one round trip, a simple-protocol batch with the host
@@ -224,9 +244,27 @@ async def begin_read(
     The lookup (`communities.lookup_statement`, the same as every other driver's) takes the
     page's snapshot, which the page then classifies by: it runs after the fence was read, as
     the fence requires.
+
+    `guess` (`guess_quiet_round`): a page that may be quiet, read in the same message when the
+    lookup names its community (the module's docstring); `OpenRead.answered` holds it when it
+    was quiet. A guess whose statement fails (its read budget, say) is dropped: the batch is
+    sent again without it, so the lookup's answer (a 404 first) never waits on a guess.
+    `ready` and `overlap` are the guessed page's (as `read_page_async`'s): the readiness gate's
+    verdict and the setting's unless given.
     """
+    host = host.lower()
+    if overlap is None:
+        overlap = _overlap()
     prepared = fence_prepared()
-    batch = _batch_for_host(prepared, host.lower())
+    batch = _batch_for_host(prepared, host)
+    identity = ""
+    if guess is not None and prepared:
+        if ready is None:
+            ready = await readiness_gate.ready_on_loop()
+        identity = await connection_identity(conn)
+        batch += b"; " + _guess_message(guess, overlap).encode()
+    else:
+        guess = None
     cursor = _cursor_for_page(conn)
     try:
         await cursor.execute(batch)
@@ -237,18 +275,33 @@ async def begin_read(
         # batch failed at the fence, before the page's transaction began.
         await roll_back(conn)
         await cursor.execute(batch)
-    rows = []
-    while True:  # the fence's row first, the lookup's last; BEGIN, COMMIT and SET have none
+    except psycopg.Error:
+        if guess is None:
+            raise
+        await roll_back(conn)
+        return await begin_read(conn, host)
+    results = []
+    while True:  # the fence's rows, the lookup's, the guess's; BEGIN, COMMIT and SET have none
         # Asked of the result's status, not `cursor.description`: that builds a Column object
         # for every column of the result each time it is read (19 a page; profile_round).
         if cursor.pgresult is not None and cursor.pgresult.status == ExecStatus.TUPLES_OK:
-            rows.append(await cursor.fetchone())
+            results.append(await cursor.fetchall())
         if not cursor.nextset():
             break
-    fence_row, found = rows[0], rows[-1]
-    assert fence_row is not None
-    community = community_from_row(found) if found is not None else None
-    return OpenRead(cursor, fence_row[0]), community
+    fence: datetime = results[0][0][0]
+    found = results[1]
+    community = community_from_row(found[0]) if found else None
+    _remember_host(host, community)
+    read = OpenRead(cursor, fence)
+    if guess is not None and community is not None and community.pk == guess.community_id:
+        assert ready is not None
+        steps = page_steps(guess, fence=fence, identity=identity, ready=ready,
+                           overlap=overlap)
+        answered = _guessed_page(steps, results[2])
+        if answered is None:
+            _note_not_quiet(guess.community_id, overlap)
+        read = OpenRead(cursor, fence, guess, answered)
+    return read, community
 
 
 async def roll_back(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -289,8 +342,14 @@ async def read_page_async(
     when the connection is returned.
     """
     cursor = read.cursor
+    if read.answered is not None and request is read.guess:
+        return await _served(cursor, read.answered)
     if overlap is None:
-        overlap = timedelta(seconds=settings.ARTIFACT_SYNC_OVERLAP_SECONDS)
+        overlap = _overlap()
+    if cursor.connection.info.transaction_status == TransactionStatus.IDLE:
+        # The first message's guess committed its transaction: the page gets one of its own
+        # (the fence, read before both, holds for it too).
+        await cursor.execute(_BEGIN)
 
     def steps() -> PageSteps:
         return page_steps(request, fence=read.fence, identity=identity, ready=ready,
@@ -308,12 +367,21 @@ async def read_page_async(
         _note_not_quiet(request.community_id, overlap)
         await cursor.execute(_BEGIN)  # the page again, in a new snapshot
         page, _ = await _plain_page(cursor, steps())
+    return await _served(cursor, page)
+
+
+async def _served(cursor: psycopg.AsyncCursor[Any], page: Page) -> Page:
+    """`page`, its transaction over, once what it must store is stored."""
     if page.store is not None:
         # The sets the token names by digest, stored before the token is handed out (the
         # connection is in autocommit: one statement, one transaction).
         await cursor.execute(page.store[0], page.store[1])
     note_used(cursor.connection)
     return page
+
+
+def _overlap() -> timedelta:
+    return timedelta(seconds=settings.ARTIFACT_SYNC_OVERLAP_SECONDS)
 
 
 async def _plain_page(cursor: psycopg.AsyncCursor[Any], steps: PageSteps) -> tuple[Page, int]:
@@ -358,15 +426,84 @@ async def _quiet_page(cursor: psycopg.AsyncCursor[Any], steps: PageSteps) -> Pag
 def _quiet_message(params: dict[str, Any]) -> str:
     """`EXECUTE` of the session's first statement with `params` written as literals, then
     COMMIT. The values are the relay's own, not a client's text: the community's id, the
-    authenticated reader's key (hex; checked again here to be 64 ASCII letters or digits, so
-    nothing in it can end the literal), two aware datetimes."""
-    community, reader = int(params["community"]), params["reader"]
+    reader's key (hex; checked again here to be 64 ASCII letters or digits, so nothing in it
+    can end the literal), two aware datetimes."""
     low: datetime = params["pending_low"]
     t: datetime = params["pending_t"]
-    if len(reader) != 64 or not reader.isalnum() or not reader.isascii():
+    return _execute_quiet(int(params["community"]), params["reader"], low.isoformat(),
+                          t.isoformat())
+
+
+def _execute_quiet(community: int, reader: str, low: str, t: str) -> str:
+    if not _is_key_text(reader):
         raise ValueError(f"not a public key: {reader!r}")
-    return (f"EXECUTE {QUIET_PAGE_STATEMENT}({community}, '{reader}',"
-            f" '{low.isoformat()}', '{t.isoformat()}'); COMMIT")
+    return f"EXECUTE {QUIET_PAGE_STATEMENT}({community}, '{reader}', '{low}', '{t}'); COMMIT"
+
+
+def _is_key_text(text: str) -> bool:
+    return len(text) == 64 and text.isalnum() and text.isascii()
+
+
+def guess_quiet_round(host: str, body: bytes, reader: str | None) -> RoundRequest | None:
+    """The round a `/query` request at `host` would read, guessed before anything about it is
+    checked (`begin_read`'s `guess`): the community last served at the host, `reader` the key
+    its auth header names (`nostr.nip98.claimed_pubkey`). None unless its page may be quiet
+    and the community's continuations lately were (`_expect_quiet`). Only the caller's checks
+    that follow (the lookup, authentication) make its page an answer."""
+    community_id = _community_at.get(host.lower())
+    if community_id is None or reader is None or not _is_key_text(reader):
+        return None
+    try:
+        query = parse_query_body(body)
+        if not query.incremental:
+            return None
+        request = prepare_round(community_id=community_id, reader=reader, query=query)
+    except (InvalidFilter, InvalidProgress):
+        return None
+    return request if may_be_quiet(request) and _expect_quiet(community_id) else None
+
+
+def _guess_message(guess: RoundRequest, overlap: timedelta) -> str:
+    """The guessed page's first statement and COMMIT, for the end of the first message. The
+    fence is not known when the message is written, so the pending range is asked up to
+    infinity rather than up to it: no candidate in the wider range is none in the page's, and
+    a candidate in it sends the page to be read the plain way (`_guessed_page`)."""
+    decoded = guess.decoded
+    assert isinstance(decoded, ProgressToken)
+    low = decoded.round_t - overlap
+    return _execute_quiet(guess.community_id, guess.reader, low.isoformat(), "infinity")
+
+
+def _guessed_page(steps: PageSteps, rows: Rows) -> Page | None:
+    """The page `steps` reads when the guess's first statement, `rows`, answers it alone."""
+    next(steps)
+    if finds_pending(rows):
+        steps.close()  # a candidate up to infinity, perhaps not before the fence
+        return None
+    try:
+        steps.send(rows)
+    except StopIteration as done:
+        page: Page = done.value
+        return page
+    except CommunityGone:
+        return None
+    steps.close()
+    return None
+
+
+# Hosts and the community last served at each (`guess_quiet_round`), a guess checked by every
+# page it is used for. Bounded: past COMMUNITY_GUESSES_MAX hosts it starts over.
+COMMUNITY_GUESSES_MAX = 256
+_community_at: dict[str, int] = {}
+
+
+def _remember_host(host: str, community: Community | None) -> None:
+    if community is None:
+        _community_at.pop(host, None)
+        return
+    if len(_community_at) >= COMMUNITY_GUESSES_MAX and host not in _community_at:
+        _community_at.clear()
+    _community_at[host] = community.pk
 
 
 # Communities whose continuation pages lately needed more than their first statement, with the

@@ -244,6 +244,15 @@ def may_be_quiet(request: RoundRequest) -> bool:
     )
 
 
+def finds_pending(rows: Rows) -> bool:
+    """Whether a page's first statement, answering with `rows`, found a candidate in the
+    pending continuation's range (either phase); no row finds none."""
+    if not rows:
+        return False
+    first = _FirstRow._make(rows[0])
+    return first.heads_pending or first.moves_pending
+
+
 def run_steps(cursor: CursorWrapper, steps: PageSteps) -> Page:
     """Drive a page's statements through a Django cursor (the page's transaction)."""
     return drive(steps, lambda statement: execute_prepared(cursor, *statement))

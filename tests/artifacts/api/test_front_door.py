@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from django.db import connection
 
 from artifacts.models import Community
 from tests.factories import (
@@ -202,6 +203,70 @@ def test_refusals_are_djangos_answers(
     assert (fast.status_code == 200) == (case == "plain read")
     assert fast.json() == django.json()
     same_headers(fast, django)
+
+
+@pytest.mark.parametrize(
+    "case", ["quiet", "bad signature", "replayed", "host given to another community"]
+)
+def test_a_quiet_continuation_guessed_early_is_answered_as_without_a_guess(
+    relays: dict[str, RelayProcess], world: World, case: str
+) -> None:
+    """The fast path reads a quiet continuation in the page's first message, guessing the
+    community (the one it last served at the host) and the reader (the auth header's key)
+    before either is checked (`async_reads.guess_quiet_round`). The answers are still
+    Django's, in the contract's order: a page only for the authenticated reader at the host's
+    community, 401 for a bad or replayed signature, 400 for a token the host's community did
+    not issue."""
+    reader = make_key()
+    tokens = {name: full_round(relay, reader)[1] for name, relay in relays.items()}
+    if case == "host given to another community":
+        world.community.host = "old.127.0.0.1"
+        world.community.save(update_fields=["host"])
+        make_community(HOST)
+    answers = []
+    for name, relay in relays.items():
+        body = query(tokens[name])
+        header = nip98_header(reader, f"{relay.url}/query", "POST", body)
+        if case == "bad signature":
+            header = header[:-8] + "AAAAAAA="
+        elif case == "replayed":
+            assert post(relay, body, authorization=header).status_code == 200
+        answers.append(post(relay, body, authorization=header))
+    fast, django = answers
+    expected = {"quiet": 200, "bad signature": 401, "replayed": 401,
+                "host given to another community": 400}[case]
+    assert fast.status_code == django.status_code == expected, fast.text
+    if case == "quiet":
+        pages = [answer.json() for answer in answers]
+        for page in pages:
+            page.pop("progress")
+        assert pages[0] == pages[1] and pages[0]["more"] is False
+    else:
+        assert fast.json() == django.json()
+    same_headers(fast, django)
+
+
+def test_a_quiet_continuation_is_read_whole_in_the_pages_first_message(world: World) -> None:
+    """With nothing in its range (no overlap here), the fast path reads the continuation in
+    one message: PostgreSQL's own record of the pool's sessions shows it, the fence through the
+    guessed first statement (its range up to infinity, the reader's key in it) and COMMIT."""
+    relay = start_relay({"ARTIFACT_SYNC_OVERLAP_SECONDS": "0"})
+    try:
+        reader = make_key()
+        _pages, token = full_round(relay, reader)
+        answer = post(relay, query(token), reader)
+        assert answer.status_code == 200, answer.text
+        page = answer.json()
+        assert (page["events"], page["removed"], page["more"], page["reset"]) == (
+            [], [], False, False)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT query FROM pg_stat_activity WHERE query LIKE %s",
+                           [f"%{reader.pubkey}%"])
+            messages = [text for (text,) in cursor.fetchall()]
+        assert any(text.startswith("BEGIN; EXECUTE buzz_fence; COMMIT; BEGIN ISOLATION")
+                   and text.endswith("'infinity'); COMMIT") for text in messages), messages
+    finally:
+        relay.stop()
 
 
 POOL_ROLLBACK = "rolling back returned connection"  # psycopg_pool's warning

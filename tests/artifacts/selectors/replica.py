@@ -41,8 +41,10 @@ class Replica:
     ) -> None:
         """`driver`: "sync" reads pages with `rounds.read_page` (Django's connection), "async"
         as the HTTP edge does (`async_reads.begin_read` and `read_page_async` on a connection
-        of the read pool's class, kept for the replica's pages on a loop of its own)."""
-        assert driver in ("sync", "async"), driver
+        of the read pool's class, kept for the replica's pages on a loop of its own), "guess"
+        as the edge does with its guess of a quiet page in the first message
+        (`async_reads.guess_quiet_round`, taken as the view's `parse` takes it)."""
+        assert driver in ("sync", "async", "guess"), driver
         self.driver = driver
         self._loop: asyncio.AbstractEventLoop | None = None
         self._conn: async_reads.ReadConnection | None = None
@@ -74,9 +76,9 @@ class Replica:
         request = prepare_round(
             community_id=self.community.pk, reader=self.reader, query=query
         )
-        if self.driver == "async":
+        if self.driver != "sync":
             assert before_snapshot is None and not options, "the async driver takes neither"
-            page = self._async_page(request, ready=ready)
+            page = self._async_page(request, orjson.dumps([wanted]), ready=ready)
         else:
             page = read_page(
                 request,
@@ -88,7 +90,7 @@ class Replica:
         self.apply(page)
         return page
 
-    def _async_page(self, request: RoundRequest, *, ready: bool) -> Page:
+    def _async_page(self, request: RoundRequest, body: bytes, *, ready: bool) -> Page:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
 
@@ -97,9 +99,19 @@ class Replica:
                 self._conn = await async_reads.ReadConnection.connect(
                     **psycopg_connect_kwargs(), autocommit=True)
                 await async_reads.configure_connection(self._conn)
-            read, found = await async_reads.begin_read(self._conn, self.community.host)
+            guess = None
+            if self.driver == "guess":
+                guess = async_reads.guess_quiet_round(self.community.host, body, self.reader)
+            read, found = await async_reads.begin_read(
+                self._conn, self.community.host, guess=guess, ready=ready, overlap=self.overlap)
             assert found is not None and found.pk == self.community.pk
             identity = await connection_identity(self._conn)
+            guessed = read.guess
+            if guessed is not None and (guessed.community_id, guessed.reader) == (
+                    found.pk, self.reader):
+                assert guessed.query == request.query and guessed.binding == request.binding
+                return await async_reads.read_page_async(
+                    read, guessed, ready=ready, identity=identity, overlap=self.overlap)
             return await async_reads.read_page_async(
                 read, request, ready=ready, identity=identity, overlap=self.overlap)
 

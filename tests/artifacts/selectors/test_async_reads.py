@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -300,3 +301,192 @@ def test_the_quiet_pages_message_takes_only_a_public_key_for_the_reader() -> Non
     for reader in ["ab" * 31 + "'x", "ab" * 32 + "a", "é" * 64, "' OR 1=1; --" + "a" * 52]:
         with pytest.raises(ValueError, match="not a public key"):
             async_reads._quiet_message({**params, "reader": reader})
+
+
+def recording_statements(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, TransactionStatus]]:
+    """Every statement the asyncio cursors send from here on, with the transaction status it
+    was sent in."""
+    statements: list[tuple[str, TransactionStatus]] = []
+    real_execute = psycopg.AsyncCursor.execute
+
+    async def recorded(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        text = query.decode() if isinstance(query, bytes) else str(query)
+        statements.append((text, self.connection.info.transaction_status))
+        return await real_execute(self, query, params, **kw)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", recorded)
+    return statements
+
+
+def test_a_guessed_quiet_page_is_read_in_the_first_message_and_a_busy_one_reads_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A continuation guessed quiet (`guess_quiet_round`: the community last served at the
+    host, the reader the auth header names) is read whole in the page's first message: the
+    fence, BEGIN, the lookup, its first statement up to infinity, COMMIT. One that found a
+    candidate is read again in a new snapshot and delivers the write; its community's next
+    continuations are not guessed while it is busy."""
+    monkeypatch.setattr(async_reads, "_not_quiet_until", {})
+    owner, reader = make_key(), make_key()
+    community = make_community("early.example")
+    h = make_channel(community, owner=owner, members=[reader])
+    create_artifact(community, owner, h)
+    replica = Replica(community, reader.pubkey, driver="guess")
+    statements = recording_statements(monkeypatch)
+    try:
+        replica.round()  # a full round: nothing to guess, but the host is remembered now
+        assert not any("EXECUTE buzz_quiet_page" in query for query, _ in statements)
+        assert async_reads._community_at["early.example"] == community.pk
+        del statements[:]
+        quiet = replica.page()
+        assert not quiet.events and not quiet.more and not quiet.reset
+        assert len(statements) == 1, statements  # one message: the whole page
+        message = statements[0][0]
+        assert message.index("EXECUTE buzz_fence") < message.index("BEGIN ISOLATION LEVEL")
+        assert message.endswith(", 'infinity'); COMMIT")
+        assert f"EXECUTE {async_reads.QUIET_PAGE_STATEMENT}({community.pk}, " in message
+        assert replica._conn is not None
+        assert replica._conn.info.transaction_status == TransactionStatus.IDLE
+
+        _d, head = create_artifact(community, owner, h)
+        del statements[:]
+        busy = replica.page()
+        assert [orjson.loads(raw)["id"] for raw in busy.events] == [head]
+        assert "EXECUTE buzz_quiet_page" in statements[0][0]
+        assert statements[1][0].startswith("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        again = statements[2:]
+        assert len(again) >= 2 and again[-1][0] == "COMMIT"
+        assert all(status == TransactionStatus.INTRANS for _, status in again)
+        assert community.pk in async_reads._not_quiet_until
+
+        del statements[:]
+        assert not replica.page().events  # busy lately: not guessed, the plain way
+        assert not any("EXECUTE buzz_quiet_page" in query for query, _ in statements)
+        assert statements[-1][0] == "COMMIT"
+    finally:
+        monkeypatch.undo()
+        replica.close()
+
+
+def finished_round(community: Any, reader: str) -> Any:
+    """A request continuing `reader`'s finished round in `community` (its first page's)."""
+    replica = Replica(community, reader)
+    replica.round()
+    query = parse_filter({"artifact": "current", "progress": replica.token})
+    return prepare_round(community_id=community.pk, reader=reader, query=query)
+
+
+def test_a_guess_the_lookup_does_not_confirm_is_dropped_unread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The host now serves another community (or none): the guess's page is not answered, and
+    the lookup's answer is the host's community as without a guess; a page read after it gets
+    a transaction of its own."""
+    monkeypatch.setattr(async_reads, "_not_quiet_until", {})
+    owner, reader = make_key(), make_key()
+    first = make_community("moved.example")
+    make_channel(first, owner=owner, members=[reader])
+    guess = finished_round(first, reader.pubkey)
+    first.host = "old.moved.example"
+    first.save(update_fields=["host"])
+    second = make_community("moved.example")
+    make_channel(second, owner=owner, members=[reader])
+    second_round = finished_round(second, reader.pubkey)
+
+    async def begin(host: str) -> tuple[Any, Any, Any]:
+        async with await psycopg.AsyncConnection.connect(
+            **psycopg_connect_kwargs(), autocommit=True
+        ) as conn:
+            await async_reads.configure_connection(conn)
+            read, found = await async_reads.begin_read(conn, host, guess=guess, ready=True)
+            status = conn.info.transaction_status
+            page = None
+            if found is not None:
+                identity = await connection_identity(conn)
+                page = await async_reads.read_page_async(read, second_round, ready=True,
+                                                         identity=identity)
+            return read, found, (status, page)
+
+    read, found, (status, page) = asyncio.run(begin("moved.example"))
+    assert found is not None and found.pk == second.pk
+    assert read.guess is None and read.answered is None
+    assert status == TransactionStatus.IDLE  # the guess's COMMIT ended it
+    assert page is not None and not page.reset and not page.more and not page.events
+    read, found, _ = asyncio.run(begin("nowhere.moved.example"))
+    assert found is None and read.answered is None
+    assert "nowhere.moved.example" not in async_reads._community_at
+
+
+def test_a_failing_guess_is_sent_again_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A guess whose statement fails in the first message (here a community id out of range)
+    costs the message, not the request: the batch goes again without it, and the lookup
+    answers."""
+    monkeypatch.setattr(async_reads, "_not_quiet_until", {})
+    owner, reader = make_key(), make_key()
+    community = make_community("failing.example")
+    make_channel(community, owner=owner, members=[reader])
+    guess = dataclasses.replace(finished_round(community, reader.pubkey), community_id=2**63)
+
+    async def begin() -> tuple[Any, Any, TransactionStatus]:
+        async with await psycopg.AsyncConnection.connect(
+            **psycopg_connect_kwargs(), autocommit=True
+        ) as conn:
+            await async_reads.configure_connection(conn)
+            read, found = await async_reads.begin_read(conn, "failing.example", guess=guess,
+                                                       ready=True)
+            status = conn.info.transaction_status
+            await async_reads.end_read(conn)
+            names = await prepared_names(conn)
+            assert {FENCE_STATEMENT, async_reads.QUIET_PAGE_STATEMENT} <= names
+            return read, found, status
+
+    read, found, status = asyncio.run(begin())
+    assert found is not None and found.pk == community.pk
+    assert read.answered is None and read.guess is None
+    assert status == TransactionStatus.INTRANS  # the page's transaction, as without a guess
+
+
+def test_a_round_is_guessed_only_when_its_page_may_be_quiet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`guess_quiet_round` guesses a finished round's continuation at a host it has served,
+    for a reader key; nothing for a request it cannot read, a first page, another reader's
+    token, an unknown host or a community busy lately."""
+    monkeypatch.setattr(async_reads, "_not_quiet_until", {})
+    monkeypatch.setattr(async_reads, "_community_at", {})
+    owner, reader, other = make_key(), make_key(), make_key()
+    community = make_community("guessed.example")
+    make_channel(community, owner=owner, members=[reader])
+    token = Replica(community, reader.pubkey)
+    token.round()
+    body = orjson.dumps([{"artifact": "current", "progress": token.token}])
+    guess = async_reads.guess_quiet_round
+    assert guess("guessed.example", body, reader.pubkey) is None  # never served there
+    async_reads._remember_host("guessed.example", community)
+    made = guess("GUESSED.example", body, reader.pubkey)
+    assert made is not None and made.community_id == community.pk
+    assert made.reader == reader.pubkey and made.decoded is not None
+    first_page = orjson.dumps([{"artifact": "current", "progress": None}])
+    plain = orjson.dumps([{"artifact": "current", "limit": 5}])
+    for refused_body in [first_page, plain, b"[{", b"{}",
+                         orjson.dumps([{"artifact": "current", "progress": "AAAA"}])]:
+        assert guess("guessed.example", refused_body, reader.pubkey) is None, refused_body
+    assert guess("guessed.example", body, other.pubkey) is None  # the token is not theirs
+    for not_a_key in [None, "", "ab" * 31 + "'x", reader.pubkey.upper() + "g"]:
+        assert guess("guessed.example", body, not_a_key) is None
+    async_reads._note_not_quiet(community.pk, timedelta(seconds=120))
+    assert guess("guessed.example", body, reader.pubkey) is None
+
+
+def test_the_hosts_remembered_for_guesses_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most COMMUNITY_GUESSES_MAX hosts (the Host header is the client's, but only hosts a
+    community was found at are remembered), then it starts over."""
+    monkeypatch.setattr(async_reads, "_community_at", {})
+    monkeypatch.setattr(async_reads, "COMMUNITY_GUESSES_MAX", 3)
+    community = make_community("bounded.example")
+    for i in range(10):
+        async_reads._remember_host(f"h{i}.example", community)
+        assert len(async_reads._community_at) <= 3
+    assert async_reads._community_at["h9.example"] == community.pk
+    async_reads._remember_host("h9.example", None)
+    assert "h9.example" not in async_reads._community_at

@@ -381,25 +381,31 @@ def test_incremental_reads_model_with_wide_views(wide: int, examples: int) -> No
     [(SyncModel, 8), (SyncModelWithOverlap, 6), (StoredSetsSyncModel, 6)],
     ids=["overlap-0", "overlap-120s-re-read-not-re-sent", "stored-sets"],
 )
+@pytest.mark.parametrize("driver", ["async", "guess"])
 def test_incremental_reads_model_as_the_http_edge_reads(
-    model: type[SyncModel], examples: int, monkeypatch: pytest.MonkeyPatch
+    model: type[SyncModel], examples: int, driver: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same machine, its pages read by the HTTP edge's driver (`async_reads.begin_read`
     and `read_page_async` on a connection of the read pool's class) instead of Django's: the
     same statements (`rounds.page_steps`), a different transaction, fence, cursor and store
-    of the sets a token names by digest. Every continuation is guessed quiet (its first
-    statement and COMMIT in one message), so a page that needed more is read again in a new
-    snapshot (both outcomes, one by one: test_async_reads)."""
+    of the sets a token names by digest. Every continuation is guessed quiet: "async" sends
+    its first statement and COMMIT in one message, "guess" in the page's first message (before
+    the fence is known, the pending range up to infinity); a page that needed more is read
+    again in a new snapshot (both outcomes, one by one: test_async_reads)."""
     monkeypatch.setattr(async_reads, "_expect_quiet", lambda community_id: True)
     outcomes = {"quiet": 0, "read again": 0}
-    quiet_page = async_reads._quiet_page
+    guessed = "_quiet_page" if driver == "async" else "_guessed_page"
+    guess = getattr(async_reads, guessed)
 
-    async def counted(cursor: Any, steps: Any) -> Any:
-        page = await quiet_page(cursor, steps)
+    def count(page: Any) -> Any:
         outcomes["quiet" if page is not None else "read again"] += 1
         return page
 
-    monkeypatch.setattr(async_reads, "_quiet_page", counted)
-    _run(type(f"Edge{model.__name__}", (model,), {"DRIVER": "async"}), examples, 30)
+    async def counted(cursor: Any, steps: Any) -> Any:
+        return count(await guess(cursor, steps))
+
+    monkeypatch.setattr(async_reads, guessed, counted if driver == "async" else (
+        lambda steps, rows: count(guess(steps, rows))))
+    _run(type(f"Edge{model.__name__}", (model,), {"DRIVER": driver}), examples, 30)
     print("guessed quiet:", outcomes)
     assert sum(outcomes.values()) > 0, "no continuation page was guessed quiet"
