@@ -16,10 +16,12 @@ Python calls per round, and, with `--profile`, the functions that spent the most
     .venv/bin/python bench/profile_round.py --profile --top 30
     .venv/bin/python bench/profile_round.py --commit-ab        # the quiet page's COMMIT, A/B
 
-`--commit-ab` alternates runs of the driver as it is (a quiet page's first statement and
-COMMIT in one message, `async_reads`) with runs where it never guesses a page quiet (the
-COMMIT a round trip of its own), and prints for each the relay's CPU and PostgreSQL's (the
-database's server processes, read from /proc: the server must be on this machine) per round.
+`--commit-ab` alternates runs of the driver as it is (a quiet page read whole in the page's
+first message: the fence, the lookup, the first statement and COMMIT, `async_reads`), runs
+where it guesses no page before the lookup (the first statement and COMMIT in a second
+message), and runs where it never guesses a page quiet (the COMMIT a round trip of its own),
+and prints for each the relay's CPU and PostgreSQL's (the database's server processes, read
+from /proc: the server must be on this machine) per round.
 """
 
 from __future__ import annotations
@@ -157,7 +159,8 @@ def main() -> int:
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio",
                         help="the event loop (the served relay runs on uvloop)")
     parser.add_argument("--commit-ab", action="store_true",
-                        help="alternate the quiet page's COMMIT in its first round trip and apart")
+                        help="alternate the quiet page in the first message, in a second, and"
+                             " its COMMIT apart")
     args = parser.parse_args()
 
     with services() as svc:
@@ -225,22 +228,30 @@ def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:
 
 def commit_ab(loop: asyncio.AbstractEventLoop, app: Any, body: bytes, signed: Any,
               args: argparse.Namespace) -> None:
-    """`--commit-ab`: relay and server CPU per quiet round, the COMMIT in the first
-    statement's round trip against a round trip of its own, runs alternated."""
+    """`--commit-ab`: relay and server CPU per quiet round, the page in the first message,
+    in a second message with its COMMIT, and with its COMMIT a round trip of its own, runs
+    alternated."""
     from artifacts.selectors import async_reads
 
-    guess = async_reads._expect_quiet
-    sides: dict[str, Any] = {"one message": guess, "COMMIT apart": lambda community: False}
+    expect, remember = async_reads._expect_quiet, async_reads._remember_host
+    never_quiet, remember_none = (lambda community: False), (lambda host, community: None)
+    # (is a page guessed quiet, are hosts remembered: without them no guess before the lookup)
+    sides: dict[str, Any] = {"first message": (expect, remember),
+                             "second message": (expect, remember_none),
+                             "COMMIT apart": (never_quiet, remember_none)}
     cpu: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
     for _ in range(args.runs):
-        for side, expect_quiet in sides.items():
-            async_reads._expect_quiet = expect_quiet  # type: ignore[assignment]
+        for side, (expect_quiet, remember_host) in sides.items():
+            async_reads._expect_quiet = expect_quiet
+            async_reads._remember_host = remember_host
+            async_reads._community_at.clear()
+            loop.run_until_complete(rounds(app, body, signed(1)))  # remembers the host, or not
             headers = signed(args.rounds)
             started, server = time.thread_time(), server_cpu()
             loop.run_until_complete(rounds(app, body, headers))
             cpu[side].append(((time.thread_time() - started) / args.rounds * 1e6,
                               (server_cpu() - server) / args.rounds * 1e6))
-    async_reads._expect_quiet = guess  # type: ignore[assignment]
+    async_reads._expect_quiet, async_reads._remember_host = expect, remember
     print(f"quiet continuation round, in-process, CPU us per round (median of {args.runs} x"
           f" {args.rounds}, sides alternated)")
     rows = [[side, f"{statistics.median(r for r, _ in runs):.0f}",
