@@ -197,6 +197,30 @@ def test_the_read_pools_connections_keep_one_cursor_for_their_pages() -> None:
     asyncio.run(pages())
 
 
+def recording_statements(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, TransactionStatus]]:
+    """Every statement the asyncio cursors send from here on, with the transaction status it
+    was sent in."""
+    statements: list[tuple[str, TransactionStatus]] = []
+    real_execute = psycopg.AsyncCursor.execute
+
+    async def recorded(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        text = query.decode() if isinstance(query, bytes) else str(query)
+        statements.append((text, self.connection.info.transaction_status))
+        return await real_execute(self, query, params, **kw)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", recorded)
+    return statements
+
+
+def read_again(statements: list[tuple[str, TransactionStatus]]) -> None:
+    """`statements` read a page again from the start: a new REPEATABLE READ transaction, every
+    statement of the page in it, COMMIT last."""
+    assert statements[0][0].startswith("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    again = statements[1:]
+    assert len(again) > 2 and again[-1][0] == "COMMIT"
+    assert all(status == TransactionStatus.INTRANS for _, status in again)
+
+
 def test_a_quiet_continuation_commits_in_its_first_statements_message_and_a_busy_one_reads_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -211,14 +235,7 @@ def test_a_quiet_continuation_commits_in_its_first_statements_message_and_a_busy
     h = make_channel(community, owner=owner, members=[reader])
     create_artifact(community, owner, h)
     replica = Replica(community, reader.pubkey, driver="async")
-    statements: list[tuple[str, TransactionStatus]] = []
-    real_execute = psycopg.AsyncCursor.execute
-
-    async def recorded(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
-        statements.append((str(query), self.connection.info.transaction_status))
-        return await real_execute(self, query, params, **kw)
-
-    monkeypatch.setattr(psycopg.AsyncCursor, "execute", recorded)
+    statements = recording_statements(monkeypatch)
     try:
         replica.round()  # a full round: not a guess
         assert not any(query.startswith("EXECUTE buzz_quiet_page") for query, _ in statements)
@@ -236,10 +253,7 @@ def test_a_quiet_continuation_commits_in_its_first_statements_message_and_a_busy
         busy = replica.page()
         assert [orjson.loads(raw)["id"] for raw in busy.events] == [head]
         assert statements[1][0].startswith("EXECUTE buzz_quiet_page")
-        assert statements[2][0].startswith("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        again = statements[3:]  # read again, from the start: every statement in the new one
-        assert len(again) > 2 and again[-1][0] == "COMMIT"
-        assert all(status == TransactionStatus.INTRANS for _, status in again)
+        read_again(statements[2:])
         assert community.pk in async_reads._not_quiet_until
 
         del statements[:]
@@ -303,21 +317,6 @@ def test_the_quiet_pages_message_takes_only_a_public_key_for_the_reader() -> Non
             async_reads._quiet_message({**params, "reader": reader})
 
 
-def recording_statements(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, TransactionStatus]]:
-    """Every statement the asyncio cursors send from here on, with the transaction status it
-    was sent in."""
-    statements: list[tuple[str, TransactionStatus]] = []
-    real_execute = psycopg.AsyncCursor.execute
-
-    async def recorded(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
-        text = query.decode() if isinstance(query, bytes) else str(query)
-        statements.append((text, self.connection.info.transaction_status))
-        return await real_execute(self, query, params, **kw)
-
-    monkeypatch.setattr(psycopg.AsyncCursor, "execute", recorded)
-    return statements
-
-
 def test_a_guessed_quiet_page_is_read_in_the_first_message_and_a_busy_one_reads_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -353,10 +352,7 @@ def test_a_guessed_quiet_page_is_read_in_the_first_message_and_a_busy_one_reads_
         busy = replica.page()
         assert [orjson.loads(raw)["id"] for raw in busy.events] == [head]
         assert "EXECUTE buzz_quiet_page" in statements[0][0]
-        assert statements[1][0].startswith("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        again = statements[2:]
-        assert len(again) >= 2 and again[-1][0] == "COMMIT"
-        assert all(status == TransactionStatus.INTRANS for _, status in again)
+        read_again(statements[1:])
         assert community.pk in async_reads._not_quiet_until
 
         del statements[:]
