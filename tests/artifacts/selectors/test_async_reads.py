@@ -24,7 +24,14 @@ from artifacts.selectors.sync_epoch import connection_identity
 from artifacts.tokens import MAX_PRIVATE_CHANNELS
 from relaycore.db import psycopg_connect_kwargs
 from tests.artifacts.selectors.replica import Replica
-from tests.factories import add_member, create_artifact, make_channel, make_community, make_key
+from tests.factories import (
+    Key,
+    add_member,
+    create_artifact,
+    make_channel,
+    make_community,
+    make_key,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -197,6 +204,20 @@ def test_the_read_pools_connections_keep_one_cursor_for_their_pages() -> None:
     asyncio.run(pages())
 
 
+def a_reader_of_one_artifact(
+    host: str, driver: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, Key, str, Replica]:
+    """A community at `host` with one artifact in a channel, and a replica of its one member
+    reading with `driver`, no community guessed busy yet: (community, owner, channel,
+    replica)."""
+    monkeypatch.setattr(async_reads, "_not_quiet_until", {})
+    owner, reader = make_key(), make_key()
+    community = make_community(host)
+    h = make_channel(community, owner=owner, members=[reader])
+    create_artifact(community, owner, h)
+    return community, owner, h, Replica(community, reader.pubkey, driver=driver)
+
+
 def recording_statements(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, TransactionStatus]]:
     """Every statement the asyncio cursors send from here on, with the transaction status it
     was sent in."""
@@ -229,12 +250,8 @@ def test_a_quiet_continuation_commits_in_its_first_statements_message_and_a_busy
     write landed in its range) is read again from its first statement in one new REPEATABLE
     READ transaction and delivers the write; its community's next pages are read the plain way
     (a COMMIT of their own)."""
-    monkeypatch.setattr(async_reads, "_not_quiet_until", {})
-    owner, reader = make_key(), make_key()
-    community = make_community("guess.example")
-    h = make_channel(community, owner=owner, members=[reader])
-    create_artifact(community, owner, h)
-    replica = Replica(community, reader.pubkey, driver="async")
+    community, owner, h, replica = a_reader_of_one_artifact("guess.example", "async",
+                                                            monkeypatch)
     statements = recording_statements(monkeypatch)
     try:
         replica.round()  # a full round: not a guess
@@ -325,12 +342,8 @@ def test_a_guessed_quiet_page_is_read_in_the_first_message_and_a_busy_one_reads_
     fence, BEGIN, the lookup, its first statement up to infinity, COMMIT. One that found a
     candidate is read again in a new snapshot and delivers the write; its community's next
     continuations are not guessed while it is busy."""
-    monkeypatch.setattr(async_reads, "_not_quiet_until", {})
-    owner, reader = make_key(), make_key()
-    community = make_community("early.example")
-    h = make_channel(community, owner=owner, members=[reader])
-    create_artifact(community, owner, h)
-    replica = Replica(community, reader.pubkey, driver="guess")
+    community, owner, h, replica = a_reader_of_one_artifact("early.example", "guess",
+                                                            monkeypatch)
     statements = recording_statements(monkeypatch)
     try:
         replica.round()  # a full round: nothing to guess, but the host is remembered now
