@@ -23,7 +23,7 @@ from artifacts.selectors.async_reads import (
     begin_read,
     connection_pool,
     end_read,
-    guess_quiet_round,
+    guess_round,
     note_used,
     read_page_async,
 )
@@ -89,10 +89,11 @@ class QueryView(RelayAPIView):
     async def community_on_loop(self, host: str) -> Community | None:
         self._pool = await connection_pool()
         self._conn = await self._pool.getconn()
-        # A quiet continuation page may be read in the same round trip, guessed before the
-        # community and the reader are known (async_reads: `parse` takes it only if both hold).
+        # The request's round, guessed before the community and the reader are known
+        # (async_reads): a quiet continuation's page is read in the same round trip, and
+        # `parse` takes the guess (its token decoded once) only if both hold.
         request = self.request
-        guess = guess_quiet_round(host, request_body(request), claimed_pubkey(
+        guess = guess_round(host, request_body(request), claimed_pubkey(
             request._request.META.get("HTTP_AUTHORIZATION")))
         self._read, community = await begin_read(self._conn, host, guess=guess)
         return community

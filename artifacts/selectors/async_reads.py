@@ -18,12 +18,14 @@ again. So a community whose continuations lately needed more is read the plain w
 overlap's length, the time a write keeps its continuations busy (`_expect_quiet`).
 
 Such a page may go further still, into the page's first message itself (`begin_read` with a
-`guess`, `guess_quiet_round`): the request's community guessed from its host (the community
-last served there), its reader from the auth header's key, both before either is checked, so
-the one message reads the fence, begins the transaction, looks the community up, runs the
-first statement and commits. The guessed page is answered only when the lookup in the same
-snapshot names the guessed community and authentication then names the guessed reader;
-otherwise it is dropped unread, and the page is read as if no guess had been made.
+`guess`, `guess_round`): the request's community guessed from its host (the community last
+served there), its reader from the auth header's key, both before either is checked, so the
+one message reads the fence, begins the transaction, looks the community up, runs the first
+statement and commits. The guessed page is answered only when the lookup in the same snapshot
+names the guessed community and authentication then names the guessed reader; otherwise it is
+dropped unread, and the page is read as if no guess had been made. (A guessed round whose page
+may not be quiet is not read early, but its decoded token is still the request's once both are
+confirmed: the token is decoded once either way.)
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ __all__ = [
     "configure_connection",
     "connection_pool",
     "end_read",
-    "guess_quiet_round",
+    "guess_round",
     "lookup_community",
     "note_used",
     "prepare_session",
@@ -245,10 +247,11 @@ async def begin_read(
     page's snapshot, which the page then classifies by: it runs after the fence was read, as
     the fence requires.
 
-    `guess` (`guess_quiet_round`): a page that may be quiet, read in the same message when the
-    lookup names its community (the module's docstring); `OpenRead.answered` holds it when it
-    was quiet. A guess whose statement fails (its read budget, say) is dropped: the batch is
-    sent again without it, so the lookup's answer (a 404 first) never waits on a guess.
+    `guess` (`guess_round`): the request's round, guessed; `OpenRead.guess` once the lookup
+    names its community. Its page, when it may be quiet, is read in the same message
+    (the module's docstring); `OpenRead.answered` holds it when it was quiet. A guess whose
+    statement fails (its read budget, say) is dropped: the batch is sent again without it, so
+    the lookup's answer (a 404 first) never waits on a guess.
     `ready` and `overlap` are the guessed page's (as `read_page_async`'s): the readiness gate's
     verdict and the setting's unless given.
     """
@@ -258,13 +261,14 @@ async def begin_read(
     prepared = fence_prepared()
     batch = _batch_for_host(prepared, host)
     identity = ""
-    if guess is not None and prepared:
+    sent = (guess is not None and prepared and may_be_quiet(guess)
+            and _expect_quiet(guess.community_id))
+    if sent:
+        assert guess is not None
         if ready is None:
             ready = await readiness_gate.ready_on_loop()
         identity = await connection_identity(conn)
         batch += b"; " + _guess_message(guess, overlap).encode()
-    else:
-        guess = None
     cursor = _cursor_for_page(conn)
     try:
         await cursor.execute(batch)
@@ -276,7 +280,7 @@ async def begin_read(
         await roll_back(conn)
         await cursor.execute(batch)
     except psycopg.Error:
-        if guess is None:
+        if not sent:
             raise
         await roll_back(conn)
         return await begin_read(conn, host)
@@ -294,12 +298,14 @@ async def begin_read(
     _remember_host(host, community)
     read = OpenRead(cursor, fence)
     if guess is not None and community is not None and community.pk == guess.community_id:
-        assert ready is not None
-        steps = page_steps(guess, fence=fence, identity=identity, ready=ready,
-                           overlap=overlap)
-        answered = _guessed_page(steps, results[2])
-        if answered is None:
-            _note_not_quiet(guess.community_id, overlap)
+        answered = None
+        if sent:
+            assert ready is not None
+            steps = page_steps(guess, fence=fence, identity=identity, ready=ready,
+                               overlap=overlap)
+            answered = _guessed_page(steps, results[2])
+            if answered is None:
+                _note_not_quiet(guess.community_id, overlap)
         read = OpenRead(cursor, fence, guess, answered)
     return read, community
 
@@ -444,12 +450,13 @@ def _is_key_text(text: str) -> bool:
     return len(text) == 64 and text.isalnum() and text.isascii()
 
 
-def guess_quiet_round(host: str, body: bytes, reader: str | None) -> RoundRequest | None:
-    """The round a `/query` request at `host` would read, guessed before anything about it is
-    checked (`begin_read`'s `guess`): the community last served at the host, `reader` the key
-    its auth header names (`nostr.nip98.claimed_pubkey`). None unless its page may be quiet
-    and the community's continuations lately were (`_expect_quiet`). Only the caller's checks
-    that follow (the lookup, authentication) make its page an answer."""
+def guess_round(host: str, body: bytes, reader: str | None) -> RoundRequest | None:
+    """The round an incremental `/query` request at `host` would read, guessed before anything
+    about it is checked (`begin_read`'s `guess`): the community last served at the host,
+    `reader` the key its auth header names (`nostr.nip98.claimed_pubkey`), its token decoded
+    for both. None where it cannot be (a host not served lately, no key, a body or token that
+    does not parse: the request's own checks then answer it). Only the caller's checks that
+    follow (the lookup, authentication) make the guess the request's round."""
     community_id = _community_at.get(host.lower())
     if community_id is None or reader is None or not _is_key_text(reader):
         return None
@@ -460,7 +467,7 @@ def guess_quiet_round(host: str, body: bytes, reader: str | None) -> RoundReques
         request = prepare_round(community_id=community_id, reader=reader, query=query)
     except (InvalidFilter, InvalidProgress):
         return None
-    return request if may_be_quiet(request) and _expect_quiet(community_id) else None
+    return request
 
 
 def _guess_message(guess: RoundRequest, overlap: timedelta) -> str:
@@ -491,7 +498,7 @@ def _guessed_page(steps: PageSteps, rows: Rows) -> Page | None:
     return None
 
 
-# Hosts and the community last served at each (`guess_quiet_round`), a guess checked by every
+# Hosts and the community last served at each (`guess_round`), a guess checked by every
 # page it is used for. Bounded: past COMMUNITY_GUESSES_MAX hosts it starts over.
 COMMUNITY_GUESSES_MAX = 256
 _community_at: dict[str, int] = {}

@@ -213,7 +213,7 @@ def test_a_quiet_continuation_guessed_early_is_answered_as_without_a_guess(
 ) -> None:
     """The fast path reads a quiet continuation in the page's first message, guessing the
     community (the one it last served at the host) and the reader (the auth header's key)
-    before either is checked (`async_reads.guess_quiet_round`). The answers are still
+    before either is checked (`async_reads.guess_round`). The answers are still
     Django's, in the contract's order: a page only for the authenticated reader at the host's
     community, 401 for a bad or replayed signature, 400 for a token the host's community did
     not issue."""

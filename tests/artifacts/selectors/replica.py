@@ -43,7 +43,7 @@ class Replica:
         as the HTTP edge does (`async_reads.begin_read` and `read_page_async` on a connection
         of the read pool's class, kept for the replica's pages on a loop of its own), "guess"
         as the edge does with its guess of a quiet page in the first message
-        (`async_reads.guess_quiet_round`, taken as the view's `parse` takes it)."""
+        (`async_reads.guess_round`, taken as the view's `parse` takes it)."""
         assert driver in ("sync", "async", "guess"), driver
         self.driver = driver
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -101,7 +101,7 @@ class Replica:
                 await async_reads.configure_connection(self._conn)
             guess = None
             if self.driver == "guess":
-                guess = async_reads.guess_quiet_round(self.community.host, body, self.reader)
+                guess = async_reads.guess_round(self.community.host, body, self.reader)
             read, found = await async_reads.begin_read(
                 self._conn, self.community.host, guess=guess, ready=ready, overlap=self.overlap)
             assert found is not None and found.pk == self.community.pk

@@ -337,7 +337,7 @@ def test_the_quiet_pages_message_takes_only_a_public_key_for_the_reader() -> Non
 def test_a_guessed_quiet_page_is_read_in_the_first_message_and_a_busy_one_reads_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A continuation guessed quiet (`guess_quiet_round`: the community last served at the
+    """A continuation guessed quiet (`guess_round`: the community last served at the
     host, the reader the auth header names) is read whole in the page's first message: the
     fence, BEGIN, the lookup, its first statement up to infinity, COMMIT. One that found a
     candidate is read again in a new snapshot and delivers the write; its community's next
@@ -455,13 +455,10 @@ def test_a_failing_guess_is_sent_again_without_it(monkeypatch: pytest.MonkeyPatc
     assert status == TransactionStatus.INTRANS  # the page's transaction, as without a guess
 
 
-def test_a_round_is_guessed_only_when_its_page_may_be_quiet(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """`guess_quiet_round` guesses a finished round's continuation at a host it has served,
-    for a reader key; nothing for a request it cannot read, a first page, another reader's
-    token, an unknown host or a community busy lately."""
-    monkeypatch.setattr(async_reads, "_not_quiet_until", {})
+def test_a_round_is_guessed_where_it_can_be(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`guess_round` decodes an incremental request's token for the community last served at
+    the host and the key given; nothing at a host not served lately, for a request that is
+    not incremental or does not parse, for another reader's token or for no key."""
     monkeypatch.setattr(async_reads, "_community_at", {})
     owner, reader, other = make_key(), make_key(), make_key()
     community = make_community("guessed.example")
@@ -469,22 +466,61 @@ def test_a_round_is_guessed_only_when_its_page_may_be_quiet(
     token = Replica(community, reader.pubkey)
     token.round()
     body = orjson.dumps([{"artifact": "current", "progress": token.token}])
-    guess = async_reads.guess_quiet_round
+    guess = async_reads.guess_round
     assert guess("guessed.example", body, reader.pubkey) is None  # never served there
     async_reads._remember_host("guessed.example", community)
     made = guess("GUESSED.example", body, reader.pubkey)
     assert made is not None and made.community_id == community.pk
     assert made.reader == reader.pubkey and made.decoded is not None
-    first_page = orjson.dumps([{"artifact": "current", "progress": None}])
+    first_page = guess("guessed.example",
+                       orjson.dumps([{"artifact": "current", "progress": None}]), reader.pubkey)
+    assert first_page is not None and first_page.decoded is None
     plain = orjson.dumps([{"artifact": "current", "limit": 5}])
-    for refused_body in [first_page, plain, b"[{", b"{}",
+    for refused_body in [plain, b"[{", b"{}",
                          orjson.dumps([{"artifact": "current", "progress": "AAAA"}])]:
         assert guess("guessed.example", refused_body, reader.pubkey) is None, refused_body
     assert guess("guessed.example", body, other.pubkey) is None  # the token is not theirs
     for not_a_key in [None, "", "ab" * 31 + "'x", reader.pubkey.upper() + "g"]:
         assert guess("guessed.example", body, not_a_key) is None
-    async_reads._note_not_quiet(community.pk, timedelta(seconds=120))
-    assert guess("guessed.example", body, reader.pubkey) is None
+
+
+def test_a_round_whose_page_may_not_be_quiet_is_guessed_but_not_read_early(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A round's first page cannot be quiet: its guess adds nothing to the first message, but
+    once the lookup confirms the community it is the request's round (its token decoded once),
+    read in the transaction the message began."""
+    monkeypatch.setattr(async_reads, "_community_at", {})
+    owner, reader = make_key(), make_key()
+    community = make_community("first.example")
+    make_channel(community, owner=owner, members=[reader])
+    async_reads._remember_host("first.example", community)
+    guess = async_reads.guess_round(
+        "first.example", orjson.dumps([{"artifact": "current", "progress": None}]),
+        reader.pubkey)
+    assert guess is not None
+    statements = recording_statements(monkeypatch)
+
+    async def first_page() -> tuple[Any, Any, TransactionStatus]:
+        async with await psycopg.AsyncConnection.connect(
+            **psycopg_connect_kwargs(), autocommit=True
+        ) as conn:
+            await async_reads.configure_connection(conn)
+            del statements[:]
+            read, found = await async_reads.begin_read(conn, "first.example", guess=guess,
+                                                       ready=True)
+            assert found is not None and found.pk == community.pk
+            status = conn.info.transaction_status
+            identity = await connection_identity(conn)
+            page = await async_reads.read_page_async(read, guess, ready=True,
+                                                     identity=identity)
+            return read, page, status
+
+    read, page, status = asyncio.run(first_page())
+    assert read.guess is guess and read.answered is None
+    assert status == TransactionStatus.INTRANS
+    assert "EXECUTE buzz_quiet_page" not in statements[0][0]
+    assert page.reset and page.reset_reason == "start" and not page.more
 
 
 def test_the_hosts_remembered_for_guesses_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
