@@ -224,8 +224,10 @@ def note_used(conn: psycopg.AsyncConnection[Any]) -> None:
 
 @dataclass(frozen=True, slots=True)
 class OpenRead:
-    """A page's transaction, begun on `cursor`'s connection after its fence was read; or, when
-    `begin_read`'s guess held, the page of `guess` read and its transaction committed."""
+    """A page's transaction, begun on `cursor`'s connection after its fence was read. `guess`:
+    the request's round as `begin_read` was given it, once the lookup named its community;
+    `answered`: its page, when the first message read it whole (whose COMMIT then ended the
+    transaction)."""
 
     cursor: psycopg.AsyncCursor[Any]
     fence: datetime
