@@ -22,10 +22,17 @@
    everything else costs. Then "create served floor" (bench/served_floor.py): that same floor
    write behind uvicorn (the relay's options and workers), its values read from each request's
    body, driven by this bench's client like the relay: "relay / served floor" is what the
-   relay's own code costs, the rest of the gap what serving HTTP and the client cost.
+   relay's own code costs, the rest of the gap what serving HTTP and the client cost. Then, by
+   wrk, `--wrk-rounds` alternating rounds of the relay, the served floor and the write's
+   ceiling (`served_floor.write_ceiling_app`: the served floor plus what the contract requires
+   of every request, NIP-98 with its claim and the event's own id and signature, its writes
+   group-committed), each round beside a run of the floor: "ceiling / floor" is how far group
+   commit can carry any relay that does what the contract asks on this machine.
 
     .venv/bin/python bench/ingest.py                   # 2,000 writes per phase, 1 and 2 workers
     .venv/bin/python bench/ingest.py --n 20000 --workers 1 2 4 --concurrency 32
+    .venv/bin/python bench/ingest.py --settings shipped --workers 2 --concurrency 8 \
+        --phases create --wrk-rounds 5 --wrk-seconds 5   # issue 33's /event target
 """
 
 from __future__ import annotations
@@ -309,17 +316,25 @@ def floor_row(
 def served_floor_rows(
     svc: Any, relay: Any, template: Any, *, community_id: int, n: int, workers: int,
     concurrency: int, h: str, settings: str, relay_rate: float, floor_rate: float,
-    wrk_seconds: int,
+    wrk_seconds: int, wrk_rounds: int,
 ) -> list[list[object]]:
     """The create floor behind uvicorn (bench/served_floor.py), driven by this bench's own
     client as the relay was; then creates through wrk (bench/load.py's driver, C, cheap) into
-    the relay and into the served floor, `wrk_seconds` each. What serving HTTP costs any relay
-    here, and what this bench's Python client costs, apart from what the relay's code costs."""
+    the relay, the served floor and the write's ceiling (`served_floor.write_ceiling_app`),
+    `wrk_seconds` each, alternating for `wrk_rounds` rounds, each round beside a run of the
+    floor itself. What serving HTTP costs any relay here, what the contract adds to it with
+    group commit, and what this bench's Python client costs, apart from what the relay's code
+    costs."""
     from bench import served_floor
     from bench.load import write_run, writes
 
     server = served_floor.start_writes(svc, template, community_id=community_id,
                                        connections=concurrency, workers=workers)
+    ceiling = served_floor.start_write_ceiling(svc, template, community_id=community_id,
+                                               connections=concurrency, workers=workers)
+    alone = served_floor.start_write_ceiling(svc, template, community_id=community_id,
+                                             connections=concurrency, workers=workers,
+                                             group_commit=False)
     try:
         url = f"{server.url}/event"
         warm = [(str(uuid.uuid4()), "") for _ in range(concurrency * workers * 2)]
@@ -332,24 +347,54 @@ def served_floor_rows(
         if row[-1] == "-":
             row[-1] = f"relay / served floor {relay_rate / rate:.3f}"
         rows = [row]
-        by_wrk = {}
-        for name, target in (("create (wrk)", relay), ("create served floor (wrk)", server)):
-            result, signed, accepted, refused = writes(
-                target, seconds=wrk_seconds, connections=concurrency,
-                expected_rps=int(rate * 3), channel=h)
-            run = write_run(result, signed, accepted, refused)
-            by_wrk[name] = run.rate
-            rows.append([settings, workers, name, result.requests, accepted, f"{run.rate:.0f}",
-                         f"{run.p50_ms:.1f}", f"{run.p99_ms:.1f}",
-                         f"{run.failed} refused" if run.failed else "-"])
-        relay_by_wrk, served_by_wrk = by_wrk["create (wrk)"], by_wrk["create served floor (wrk)"]
-        refusals = "" if rows[-2][-1] == "-" else f"; {rows[-2][-1]}"
-        rows[-2][-1] = f"relay (wrk) / floor {relay_by_wrk / floor_rate:.3f}{refusals}"
-        rows[-1][-1] = (f"relay (wrk) / served floor (wrk) {relay_by_wrk / served_by_wrk:.3f};"
-                        f" served floor (wrk) / floor {served_by_wrk / floor_rate:.3f}")
+        targets = (("create (wrk)", relay), ("create served floor (wrk)", server),
+                   ("create ceiling (wrk)", ceiling),
+                   ("create ceiling, each write alone (wrk)", alone))
+        by_wrk: dict[str, list[float]] = {name: [] for name, _ in targets}
+        floors = [floor_rate]
+        for round_ in range(wrk_rounds):
+            if round_:
+                row, again = floor_row(template, community_id=community_id, n=n,
+                                       workers=workers, concurrency=concurrency, h=h,
+                                       settings=settings, relay_rate=relay_rate)
+                floors.append(again)
+                rows.append(row)
+            for name, target in targets:
+                commits = _commits(svc)
+                result, signed, accepted, refused = writes(
+                    target, seconds=wrk_seconds, connections=concurrency,
+                    expected_rps=int(rate * 4), channel=h)
+                time.sleep(0.6)  # each backend reports its counts within 0.5 s of going idle
+                per_write = (_commits(svc) - commits) / max(accepted, 1)
+                run = write_run(result, signed, accepted, refused)
+                by_wrk[name].append(run.rate)
+                rows.append([settings, workers, name, result.requests, accepted,
+                             f"{run.rate:.0f}", f"{run.p50_ms:.1f}", f"{run.p99_ms:.1f}",
+                             f"{per_write:.2f} commits a write"
+                             + (f"; {run.failed} refused" if run.failed else "")])
+        floor, relay_rate_wrk, served_rate, ceiling_rate, alone_rate = (
+            statistics.median(rates) for rates in (floors, *by_wrk.values()))
+        rows.append([settings, workers, f"medians of {wrk_rounds} (wrk)", "-", "-", "-", "-", "-",
+                     f"floor {floor:.0f}/s; relay / floor {relay_rate_wrk / floor:.3f};"
+                     f" served floor / floor {served_rate / floor:.3f};"
+                     f" ceiling / floor {ceiling_rate / floor:.3f};"
+                     f" each write alone / floor {alone_rate / floor:.3f};"
+                     f" relay / ceiling {relay_rate_wrk / ceiling_rate:.3f}"])
     finally:
-        server.stop()
+        for each in (server, ceiling, alone):
+            each.stop()
     return rows
+
+
+def _commits(svc: Any) -> int:
+    """The bench database's committed transactions so far (pg_stat_database)."""
+    import psycopg
+
+    with psycopg.connect(svc.database_url, autocommit=True) as conn:
+        row = conn.execute("SELECT xact_commit FROM pg_stat_database"
+                           " WHERE datname = current_database()").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def _accepted_rate(answers: list[Any], elapsed: float) -> float:
@@ -364,7 +409,7 @@ def _lost_cas(answer: Any) -> bool:
 def throughput(
     svc: Any, *, n: int, workers: int, concurrency: int, h: str, settings: str,
     template: Any = None, community_id: int = 0, moved_to: str = "", owned: str = "",
-    wrk_seconds: int = 8,
+    wrk_seconds: int = 8, wrk_rounds: int = 1, create_only: bool = False,
 ) -> list[list[object]]:
     """Phases, each `n` writes with `concurrency` in flight: create (then its floor), update
     (each artifact once), move (each to `moved_to`: a revision and a removal marker), update of
@@ -403,7 +448,9 @@ def throughput(
             rows += served_floor_rows(
                 svc, server, template, community_id=community_id, n=n, workers=workers,
                 concurrency=concurrency, h=h, settings=settings, relay_rate=create_rate,
-                floor_rate=floor_rate, wrk_seconds=wrk_seconds)
+                floor_rate=floor_rate, wrk_seconds=wrk_seconds, wrk_rounds=wrk_rounds)
+        if create_only:
+            return rows
         phase("update", _sign_phase("update", url, h, [(d, heads[d]) for d, _ in created]))
         if moved_to:
             phase("move", _sign_phase("move", url, moved_to,
@@ -430,7 +477,13 @@ def main() -> int:
     parser.add_argument("--verify-n", type=int, default=2000)
     parser.add_argument("--skip-server", action="store_true", help="verification costs only")
     parser.add_argument("--wrk-seconds", type=int, default=8,
-                        help="seconds of each wrk-driven create run (relay, served floor)")
+                        help="seconds of each wrk-driven create run (relay, served floor,"
+                        " ceiling)")
+    parser.add_argument("--wrk-rounds", type=int, default=1,
+                        help="rounds of the wrk-driven create runs, alternating, each beside"
+                        " a run of the floor; medians reported")
+    parser.add_argument("--phases", choices=["all", "create"], default="all",
+                        help="'create': stop after the create phase and its floors")
     parser.add_argument("--settings", nargs="+", choices=sorted(SETTINGS),
                         default=["shipped", "pooled"])
     args = parser.parse_args()
@@ -473,7 +526,8 @@ def main() -> int:
                                    concurrency=args.concurrency, h=str(h), settings=settings,
                                    template=template, community_id=community.pk,
                                    moved_to=str(moved_to), owned=str(owned),
-                                   wrk_seconds=args.wrk_seconds)
+                                   wrk_seconds=args.wrk_seconds, wrk_rounds=args.wrk_rounds,
+                                   create_only=args.phases == "create")
     print()
     print(f"POST /event, {args.concurrency} requests in flight (uvicorn, NIP-98 + Schnorr each)")
     print_table(["settings", "workers", "phase", "sent", "accepted", "writes/s", "p50 ms", "p99 ms",

@@ -163,6 +163,12 @@ async def floor_write(conn: Any, write: Write, batches: list[Batch]) -> None:
     from coincurve import PublicKeyXOnly
 
     assert PublicKeyXOnly(write.pubkey).verify(write.signature, write.digest)
+    await replay_write(conn, batches)
+
+
+async def replay_write(conn: Any, batches: list[Batch]) -> None:
+    """A write's recorded pipelines (BEGIN to COMMIT), each one round trip, every statement
+    prepared on the server as the relay's driver sends it."""
     cursor = conn.cursor()
     for batch in batches:
         async with conn.pipeline():

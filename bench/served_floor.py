@@ -14,13 +14,20 @@ its share of the connections:
   for byte; `bench/load.py` drives it with its rounds' wrk script beside the floor;
 - `write_app`: per `POST` of an artifact create, the floor's values read from the body
   (`ingest_floor.write_of`) and `ingest_floor.floor_write`, answered `["OK", id, true, ""]`;
-  `bench/ingest.py` drives it with its own client and with wrk, `bench/load.py` with wrk.
+  `bench/ingest.py` drives it with its own client and with wrk, `bench/load.py` with wrk;
+- `write_ceiling_app`: the write floor plus what the contract requires of every `POST /event`
+  that the floor leaves out (the NIP-98 header checked and its id claimed in Redis, the body
+  verified as an event: a second signature and both ids recomputed), its writes batched as the
+  relay's group commit batches them: the most any relay serving the contract over HTTP could
+  reach here. `bench/ingest.py` and `bench/load.py` drive it with the writes' wrk script.
 
 So, in one run: served floor / floor is what serving HTTP (and the load generator) costs any
-relay on this machine, relay / served floor what the relay's own code costs above that.
+relay on this machine, relay / served floor what the relay's own code costs above that, and
+ceiling / floor how far group commit can carry a relay that does what the contract asks.
 
     python -m bench.served_floor --save-write-job FILE --host H --channel C --connections N
                                                 # the job file of `write_app` (Django set up)
+                                                # and of `write_ceiling_app`
 """
 
 from __future__ import annotations
@@ -44,8 +51,9 @@ JOB_VARIABLE = "BUZZ_SERVED_FLOOR_JOB"
 ANSWER_VARIABLE = "BUZZ_SERVED_FLOOR_ANSWER"
 
 Scope = dict[str, Any]
-# One request's work: its body, the worker's pool and Redis client; the answer's body.
-Handler = Callable[[bytes, Any, Any], Awaitable[bytes]]
+# One request's work: its body, the worker's pool and Redis client, its ASGI scope; the
+# answer's body.
+Handler = Callable[[bytes, Any, Any, Scope], Awaitable[bytes]]
 
 
 def round_app() -> Any:
@@ -59,7 +67,7 @@ def round_app() -> Any:
     answer = Path(os.environ[ANSWER_VARIABLE]).read_bytes()
     key = PublicKeyXOnly(job.pubkey)
 
-    async def one_round(body: bytes, pool: Any, client: Any) -> bytes:
+    async def one_round(body: bytes, pool: Any, client: Any, scope: Scope) -> bytes:
         async with pool.connection() as conn:
             await floor_round(job, key, conn, client)
         return answer
@@ -86,7 +94,7 @@ def write_app() -> Any:
     job = pickle.loads(Path(os.environ[JOB_VARIABLE]).read_bytes())
     template, community_id = job["template"], job["community_id"]
 
-    async def one_write(body: bytes, pool: Any, client: Any) -> bytes:
+    async def one_write(body: bytes, pool: Any, client: Any, scope: Scope) -> bytes:
         write = write_of(orjson.loads(body), body.decode(), community_id=community_id)
         async with pool.connection() as conn:
             await floor_write(conn, write, substitute(template, write))
@@ -94,6 +102,136 @@ def write_app() -> Any:
 
     return _served(one_write, connect=job["connect"], connections=job["connections"],
                    redis_url=None)
+
+
+def write_ceiling_app() -> Any:
+    """The ceiling of `POST /event` on this machine (`uvicorn --factory
+    bench.served_floor:write_ceiling_app`), one per worker: the least any relay serving the
+    contract over HTTP can do per write, with group commit and nothing else.
+
+    Per request, what PROTOCOL.md sections 3 and 4 require and the served write floor leaves
+    out: the NIP-98 header checked (`nostr.nip98.verify_nip98`: its URL, method, window,
+    payload hash and signature), its id claimed once in Redis (`SET NX EX` through the relay's
+    lean client, `relaycore.redis_pipe`, claims of one loop turn in one write), and the body
+    parsed and verified as an event (`nostr.events.parse_event`: the id recomputed, then the
+    signature). Then the floor's write, batched as the relay's group commit batches: a write
+    that finds no transaction of its worker in flight goes at once, alone (the floor's own
+    write); the writes that arrive meanwhile wait and go together in the next transaction,
+    each round trip carrying every write's statements of that step (one BEGIN, one COMMIT).
+    Left out, on the ceiling's side: the community lookup (the host is taken as served), the
+    rate limits, each write's savepoint and every refusal path. With the job's `group_commit`
+    false, every write goes alone, at once, on a connection of its own: group commit's own
+    share of the ceiling."""
+    import time
+
+    import django
+
+    django.setup()  # the lock key is the relay's own function (artifact_revisions)
+    import orjson
+
+    from bench.ingest_floor import substitute, write_of
+    from nostr.events import parse_event
+    from nostr.nip98 import verify_nip98
+    from relaycore.redis_clients import pipelined_redis
+
+    job = pickle.loads(Path(os.environ[JOB_VARIABLE]).read_bytes())
+    template, community_id = job["template"], job["community_id"]
+    batcher = _CeilingBatcher(template.batches, group_commit=job.get("group_commit", True))
+
+    async def one_write(body: bytes, pool: Any, client: Any, scope: Scope) -> bytes:
+        now = int(time.time())
+        headers = dict(scope["headers"])
+        url = f"http://{headers[b'host'].decode()}{scope['path']}"
+        authorization = headers.get(b"authorization", b"").decode()
+        auth = verify_nip98(authorization, url=url, method="POST", body=body, now=now)
+        if not await pipelined_redis().set_nx(f"ceiling:{auth.event_id}", b"1", ex=120):
+            raise RuntimeError("a NIP-98 event was replayed")
+        event = parse_event(body, now=now)
+        write = write_of(orjson.loads(body), body.decode(), community_id=community_id)
+        await batcher.write(pool, substitute(template, write))
+        return orjson.dumps(["OK", event.id, True, ""])
+
+    return _served(one_write, connect=job["connect"], connections=job["connections"],
+                   redis_url=None)
+
+
+class _CeilingBatcher:
+    """Group commit for the ceiling: at most one transaction of this worker in flight; the
+    writes that arrive meanwhile go together in the next one (at most 64, as the relay's)."""
+
+    LIMIT = 64
+
+    def __init__(self, batches: list[Any], *, group_commit: bool) -> None:
+        first, last = batches[0], batches[-1]
+        if first[0].sql != "BEGIN" or last[-1].sql != "COMMIT":
+            raise RuntimeError("the recorded write is not one BEGIN ... COMMIT transaction")
+        self.group_commit = group_commit
+        self.waiting: list[tuple[list[Any], Any]] = []
+        self.busy = False
+
+    async def write(self, pool: Any, batches: list[Any]) -> None:
+        import asyncio
+
+        from bench.ingest_floor import replay_write
+
+        if not self.group_commit:
+            async with pool.connection() as conn:
+                await replay_write(conn, batches)
+            return
+        if self.busy:
+            done = asyncio.get_running_loop().create_future()
+            self.waiting.append((batches, done))
+            await done
+            return
+        self.busy = True
+        try:
+            async with pool.connection() as conn:
+                await replay_write(conn, batches)
+        finally:
+            if self.waiting:
+                asyncio.get_running_loop().create_task(self._drain(pool))
+            else:
+                self.busy = False
+
+    async def _drain(self, pool: Any) -> None:
+        try:
+            while self.waiting:
+                group, self.waiting = self.waiting[:self.LIMIT], self.waiting[self.LIMIT:]
+                try:
+                    async with pool.connection() as conn:
+                        await _commit_together(conn, [batches for batches, _ in group])
+                except BaseException as exc:
+                    for _, done in group:
+                        done.set_exception(exc)
+                    raise
+                for _, done in group:
+                    done.set_result(None)
+        finally:
+            self.busy = False
+
+
+async def _commit_together(conn: Any, writes: list[list[Any]]) -> None:
+    """`writes` (each its recorded pipelines, BEGIN to COMMIT) in one transaction: step by
+    step, one round trip a step carrying every write's statements of that step, one BEGIN and
+    the budgets first, one COMMIT last."""
+    steps = len(writes[0])
+    cursor = conn.cursor()
+    for step in range(steps):
+        statements = []
+        for batches in writes:
+            batch = batches[step]
+            if step == 0:
+                head, batch = batch[:2], batch[2:]  # BEGIN and the budgets, once
+                if batches is writes[0]:
+                    statements += head
+            if step == steps - 1:
+                batch = batch[:-1]  # COMMIT, once
+            statements += batch
+        if step == steps - 1:
+            statements.append(writes[0][-1][-1])
+        async with conn.pipeline():
+            for statement in statements:
+                await cursor.execute(statement.sql, statement.params, prepare=True)
 
 
 def _served(handle: Handler, *, connect: dict[str, Any], connections: int,
@@ -138,7 +276,7 @@ def _served(handle: Handler, *, connect: dict[str, Any], connections: int,
             more = message.get("more_body", False)
         answer = b""
         if scope["method"] == "POST":
-            answer = await handle(b"".join(chunks), held["pool"], held["redis"])
+            answer = await handle(b"".join(chunks), held["pool"], held["redis"], scope)
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(answer)).encode())]})
@@ -177,12 +315,23 @@ def start_writes(svc: Any, template: Any, *, community_id: int, connections: int
     return _start(svc, "write_app", workers=workers, env={JOB_VARIABLE: str(job)})
 
 
+def start_write_ceiling(svc: Any, template: Any, *, community_id: int, connections: int,
+                        workers: int, group_commit: bool = True) -> Server:
+    """`start_writes`, serving the write's ceiling (`write_ceiling_app`) instead."""
+    job = _job_file("write_ceiling_app" if group_commit else "write_ceiling_app-alone")
+    job.write_bytes(_write_job(template, community_id=community_id,
+                               connections=largest_share(connections, workers),
+                               group_commit=group_commit))
+    return _start(svc, "write_ceiling_app", workers=workers, env={JOB_VARIABLE: str(job)})
+
+
 def start_writes_recorded(svc: Any, *, host: str, channel: str, connections: int,
-                          workers: int) -> Server:
-    """`start_writes` from a process without Django: the write is recorded (one artifact
-    create by bench/ingest.py's writer into `channel` of the community at `host`) by this
-    module run as a command, which writes the job file."""
-    job = _job_file("write_app")
+                          workers: int, factory: str = "write_app") -> Server:
+    """`start_writes` (or, with `factory="write_ceiling_app"`, `start_write_ceiling`) from a
+    process without Django: the write is recorded (one artifact create by bench/ingest.py's
+    writer into `channel` of the community at `host`) by this module run as a command, which
+    writes the job file."""
+    job = _job_file(factory)
     recorded = subprocess.run(
         [sys.executable, "-m", "bench.served_floor", "--save-write-job", str(job),
          "--host", host, "--channel", channel,
@@ -191,7 +340,7 @@ def start_writes_recorded(svc: Any, *, host: str, channel: str, connections: int
     )
     if recorded.returncode != 0:
         raise RuntimeError(f"recording the write floor failed:\n{recorded.stderr[-3000:]}")
-    return _start(svc, "write_app", workers=workers, env={JOB_VARIABLE: str(job)})
+    return _start(svc, factory, workers=workers, env={JOB_VARIABLE: str(job)})
 
 
 def _job_file(factory: str) -> Path:
@@ -201,11 +350,13 @@ def _job_file(factory: str) -> Path:
     return OUT / f"served-floor-{factory}.pickle"
 
 
-def _write_job(template: Any, *, community_id: int, connections: int) -> bytes:
+def _write_job(template: Any, *, community_id: int, connections: int,
+               group_commit: bool = True) -> bytes:
     from relaycore.db import psycopg_connect_kwargs
 
     return pickle.dumps({"template": template, "community_id": community_id,
-                         "connect": psycopg_connect_kwargs(), "connections": connections})
+                         "connect": psycopg_connect_kwargs(), "connections": connections,
+                         "group_commit": group_commit})
 
 
 def _start(svc: Any, factory: str, *, workers: int, env: dict[str, str]) -> Server:
