@@ -386,6 +386,23 @@ def served_floor_rows(
     return rows
 
 
+def _analyze(svc: Any) -> None:
+    """ANALYZE the bench database, which re-plans every session's prepared statements.
+
+    Autovacuum is off on this machine's PostgreSQL, so nothing else ever gives the tables
+    statistics. The relay's connections prepare their statements on a new database while its
+    artifact tables are empty or nearly so, and PostgreSQL keeps the generic plan it made
+    then: the head's locking read through `artifact_heads_replay` (the community's every
+    head), or a sequential scan after an ANALYZE of a few dozen rows. As the floors' writes
+    grew the channel to 60,000 heads, the relay fell from 692 to 131 writes/s in one
+    invocation (docs/operations.md, "Table statistics"). Analyzed with a thousand heads, the
+    plans are the unique index's, and stay so as the table grows."""
+    import psycopg
+
+    with psycopg.connect(svc.database_url, autocommit=True) as conn:
+        conn.execute("ANALYZE")
+
+
 def _commits(svc: Any) -> int:
     """The bench database's committed transactions so far (pg_stat_database)."""
     import psycopg
@@ -440,6 +457,7 @@ def throughput(
         asyncio.run(_drive(url, _sign_phase("create", url, h, warm), concurrency))
         created = [(str(uuid.uuid4()), "") for _ in range(n)]
         create_rate = phase("create", _sign_phase("create", url, h, created))
+        _analyze(svc)
         if template is not None:
             row, floor_rate = floor_row(
                 template, community_id=community_id, n=n, workers=workers,
