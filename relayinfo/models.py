@@ -81,10 +81,16 @@ class WriterLagSample(models.Model):
 
 
 class AuthReplayClaim(models.Model):
-    """NIP-98 event ids already used, claimed here while Redis is unavailable."""
+    """NIP-98 event ids already used, claimed here while Redis is unavailable.
+
+    `mirror`: claimed in Redis too, copied here only because another instance might still be
+    claiming here (relaycore.edge.nip98); only claims that are not mirrors keep the copying on.
+    """
 
     event_id = models.CharField(max_length=64, primary_key=True)
     expires_at = models.DateTimeField(db_index=True)
+    # db_default: a relay of the version before, during a rolling upgrade, inserts without it.
+    mirror = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         db_table = "auth_replay_claims"

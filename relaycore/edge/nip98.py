@@ -6,7 +6,9 @@ class, and the replay claims that accept each auth event id once.
 goes to Redis (SET NX EX: shared by every instance); while Redis is unavailable, to PostgreSQL
 (`auth_replay_claims`). Claims made in PostgreSQL stay
 authoritative until they expire: as long as any is live, a Redis claim is also made there, so an
-event claimed during an outage cannot be replayed once Redis is back.
+event claimed during an outage cannot be replayed once Redis is back, nor by an instance whose
+Redis is still out. Those copies are marked (`mirror`) and do not count as live: copying ends once
+the last claim made without Redis expires, however busy the relay.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ async def claim_auth_event(event_id: str, *, expires_at: int) -> bool:
             return False
         if not await _postgres_claims_live():
             return True
-    return await run_db(_claim_in_postgres, event_id, expires_at)
+        return await run_db(_claim_in_postgres, event_id, expires_at, True)
+    return await run_db(_claim_in_postgres, event_id, expires_at, False)
 
 
 _lock = threading.Lock()
@@ -76,7 +79,8 @@ _last_prune = -1.0e9
 
 
 async def _postgres_claims_live() -> bool:
-    """Whether PostgreSQL may hold unexpired claims (asked at most once a second)."""
+    """Whether PostgreSQL may hold unexpired claims made without Redis (asked at most once a
+    second)."""
     global _postgres_live_until, _postgres_checked_at
     now = time.monotonic()
     if now - _postgres_checked_at >= 1.0:
@@ -89,28 +93,36 @@ async def _postgres_claims_live() -> bool:
 
 def _latest_postgres_claim() -> float:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT extract(epoch FROM max(expires_at)) FROM auth_replay_claims")
+        cursor.execute("SELECT extract(epoch FROM max(expires_at)) FROM auth_replay_claims"
+                       " WHERE NOT mirror")
         row = cursor.fetchone()
     return float(row[0]) if row and row[0] is not None else 0.0
 
 
-def _claim_in_postgres(event_id: str, expires_at: int) -> bool:
+def _claim_in_postgres(event_id: str, expires_at: int, mirror: bool) -> bool:
+    """Claim `event_id` in PostgreSQL; `mirror`: it is claimed in Redis too. Only a claim made
+    without Redis keeps `_postgres_claims_live` true: were the copies to count, each would keep
+    the next one coming, and a relay that ever lost Redis would write every claim here for as
+    long as requests came within the window of one another."""
     global _postgres_live_until, _last_prune
     with connection.cursor() as cursor:
         # An expired claim of the same id may be taken again (its event is stale by then).
         cursor.execute(
-            "INSERT INTO auth_replay_claims (event_id, expires_at) VALUES (%s, to_timestamp(%s))"
-            " ON CONFLICT (event_id) DO UPDATE SET expires_at = EXCLUDED.expires_at"
+            "INSERT INTO auth_replay_claims (event_id, expires_at, mirror)"
+            " VALUES (%s, to_timestamp(%s), %s)"
+            " ON CONFLICT (event_id) DO UPDATE SET expires_at = EXCLUDED.expires_at,"
+            " mirror = EXCLUDED.mirror"
             " WHERE auth_replay_claims.expires_at < now() RETURNING 1",
-            [event_id, expires_at],
+            [event_id, expires_at, mirror],
         )
         fresh = cursor.fetchone() is not None
         now = time.monotonic()
         if now - _last_prune > 30:
             _last_prune = now
             cursor.execute("DELETE FROM auth_replay_claims WHERE expires_at < now()")
-    with _lock:
-        _postgres_live_until = max(_postgres_live_until, float(expires_at))
+    if not mirror:
+        with _lock:
+            _postgres_live_until = max(_postgres_live_until, float(expires_at))
     return fresh
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import time
 import uuid
+from datetime import UTC, datetime
 
 import orjson
 import pytest
@@ -14,6 +15,7 @@ from django.test import RequestFactory, override_settings
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
+from relaycore.edge import nip98
 from relaycore.edge.exceptions import relay_exception_handler
 from relaycore.edge.nip98 import REPLAY_MESSAGE, Nip98Authentication
 from relaycore.edge.nip98 import claim_auth_event as claim_async
@@ -102,6 +104,31 @@ def test_replay_is_refused_while_redis_is_unavailable_and_after_it_returns() -> 
     # Redis is back: an id claimed in PostgreSQL during the outage is still refused.
     with pytest.raises(AuthenticationFailed, match="replay"):
         authenticate_request(_request(header))  # type: ignore[arg-type]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claims_are_copied_to_postgresql_only_while_a_claim_made_without_redis_lives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    AuthReplayClaim.objects.all().delete()
+    monkeypatch.setattr(nip98, "_postgres_live_until", 0.0)
+    monkeypatch.setattr(nip98, "_postgres_checked_at", -1.0e9)
+    # Another instance, its Redis out, claimed an id here; it expires in two seconds.
+    outage_id = uuid.uuid4().hex * 2
+    AuthReplayClaim.objects.create(
+        event_id=outage_id, expires_at=datetime.fromtimestamp(time.time() + 2, UTC))
+    # This instance's Redis is up: that id is still refused, and a new claim is copied here.
+    assert not claim_auth_event(outage_id, expires_at=int(time.time()) + 60)
+    copied = uuid.uuid4().hex * 2
+    assert claim_auth_event(copied, expires_at=int(time.time()) + 60)
+    assert AuthReplayClaim.objects.get(event_id=copied).mirror
+    # Once the claim made without Redis has expired, claims stay in Redis alone, though the
+    # copy is still live: a copy does not keep the copying on.
+    time.sleep(2.2)
+    later = uuid.uuid4().hex * 2
+    assert claim_auth_event(later, expires_at=int(time.time()) + 60)
+    assert not AuthReplayClaim.objects.filter(event_id=later).exists()
+    assert not claim_auth_event(later, expires_at=int(time.time()) + 60)
 
 
 @pytest.mark.django_db(transaction=True)
