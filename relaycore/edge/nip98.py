@@ -68,8 +68,8 @@ async def claim_auth_event(event_id: str, *, expires_at: int) -> bool:
             return False
         if not await _postgres_claims_live():
             return True
-        return await run_db(_claim_in_postgres, event_id, expires_at, True)
-    return await run_db(_claim_in_postgres, event_id, expires_at, False)
+        return await run_db(_claim_in_postgres, event_id, expires_at, mirror=True)
+    return await run_db(_claim_in_postgres, event_id, expires_at, mirror=False)
 
 
 _lock = threading.Lock()
@@ -99,7 +99,7 @@ def _latest_postgres_claim() -> float:
     return float(row[0]) if row and row[0] is not None else 0.0
 
 
-def _claim_in_postgres(event_id: str, expires_at: int, mirror: bool) -> bool:
+def _claim_in_postgres(event_id: str, expires_at: int, *, mirror: bool) -> bool:
     """Claim `event_id` in PostgreSQL; `mirror`: it is claimed in Redis too. Only a claim made
     without Redis keeps `_postgres_claims_live` true: were the copies to count, each would keep
     the next one coming, and a relay that ever lost Redis would write every claim here for as
