@@ -167,13 +167,18 @@ async def floor_write(conn: Any, write: Write, batches: list[Batch]) -> None:
 
 
 async def replay_write(conn: Any, batches: list[Batch]) -> None:
-    """A write's recorded pipelines (BEGIN to COMMIT), each one round trip, every statement
-    prepared on the server as the relay's driver sends it."""
+    """A write's recorded pipelines (BEGIN to COMMIT), each one round trip."""
     cursor = conn.cursor()
     for batch in batches:
-        async with conn.pipeline():
-            for statement in batch:
-                await cursor.execute(statement.sql, statement.params, prepare=True)
+        await send_batch(conn, cursor, batch)
+
+
+async def send_batch(conn: Any, cursor: Any, batch: Batch) -> None:
+    """`batch` in one pipeline (one round trip) on `cursor`, `conn`'s cursor, every statement
+    prepared on the server as the relay's driver sends it."""
+    async with conn.pipeline():
+        for statement in batch:
+            await cursor.execute(statement.sql, statement.params, prepare=True)
 
 
 def _floor_process(job: _Job, out: Any) -> None:

@@ -32,6 +32,7 @@ ceiling / floor how far group commit can carry a relay that does what the contra
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pickle
@@ -45,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._harness import OUT, Server, free_port, relay_env, wait_until_serving  # noqa: E402
+from bench.ingest_floor import replay_write, send_batch  # noqa: E402
 from bench.round_floor import largest_share  # noqa: E402
 
 JOB_VARIABLE = "BUZZ_SERVED_FLOOR_JOB"
@@ -146,8 +148,8 @@ def write_ceiling_app() -> Any:
         auth = verify_nip98(authorization, url=url, method="POST", body=body, now=now)
         if not await pipelined_redis().set_nx(f"ceiling:{auth.event_id}", b"1", ex=120):
             raise RuntimeError("a NIP-98 event was replayed")
-        event = parse_event(body, now=now)
-        write = write_of(orjson.loads(body), body.decode(), community_id=community_id)
+        event = parse_event(body, now=now)  # parsed once: the write's values are its fields
+        write = write_of(event.to_dict(), event.raw, community_id=community_id)
         await batcher.write(pool, substitute(template, write))
         return orjson.dumps(["OK", event.id, True, ""])
 
@@ -170,10 +172,6 @@ class _CeilingBatcher:
         self.busy = False
 
     async def write(self, pool: Any, batches: list[Any]) -> None:
-        import asyncio
-
-        from bench.ingest_floor import replay_write
-
         if not self.group_commit:
             async with pool.connection() as conn:
                 await replay_write(conn, batches)
@@ -229,9 +227,7 @@ async def _commit_together(conn: Any, writes: list[list[Any]]) -> None:
             statements += batch
         if step == steps - 1:
             statements.append(writes[0][-1][-1])
-        async with conn.pipeline():
-            for statement in statements:
-                await cursor.execute(statement.sql, statement.params, prepare=True)
+        await send_batch(conn, cursor, statements)
 
 
 def _served(handle: Handler, *, connect: dict[str, Any], connections: int,
