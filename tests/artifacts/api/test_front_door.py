@@ -232,15 +232,14 @@ def test_a_quiet_continuation_guessed_early_is_answered_as_without_a_guess(
     Django's, in the contract's order: a page only for the authenticated reader at the host's
     community, 401 for a bad or replayed signature, 400 for a token the host's community did
     not issue."""
-    relays = quiet_relays
     reader = make_key()
-    tokens = {name: full_round(relay, reader)[1] for name, relay in relays.items()}
+    tokens = {name: full_round(relay, reader)[1] for name, relay in quiet_relays.items()}
     if case == "host given to another community":
         world.community.host = "old.127.0.0.1"
         world.community.save(update_fields=["host"])
         make_community(HOST)
     answers = []
-    for name, relay in relays.items():
+    for name, relay in quiet_relays.items():
         body = query(tokens[name])
         header = nip98_header(reader, f"{relay.url}/query", "POST", body)
         if case == "bad signature":  # still names the reader's key: the page is guessed
