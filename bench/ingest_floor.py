@@ -170,13 +170,13 @@ async def replay_write(conn: Any, batches: list[Batch]) -> None:
     """A write's recorded pipelines (BEGIN to COMMIT), each one round trip."""
     cursor = conn.cursor()
     for batch in batches:
-        await send_batch(conn, cursor, batch)
+        await send_batch(cursor, batch)
 
 
-async def send_batch(conn: Any, cursor: Any, batch: Batch) -> None:
-    """`batch` in one pipeline (one round trip) on `cursor`, `conn`'s cursor, every statement
+async def send_batch(cursor: Any, batch: Batch) -> None:
+    """`batch` in one pipeline (one round trip) on `cursor`'s connection, every statement
     prepared on the server as the relay's driver sends it."""
-    async with conn.pipeline():
+    async with cursor.connection.pipeline():
         for statement in batch:
             await cursor.execute(statement.sql, statement.params, prepare=True)
 

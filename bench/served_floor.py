@@ -227,7 +227,7 @@ async def _commit_together(conn: Any, writes: list[list[Any]]) -> None:
             statements += batch
         if step == steps - 1:
             statements.append(writes[0][-1][-1])
-        await send_batch(conn, cursor, statements)
+        await send_batch(cursor, statements)
 
 
 def _served(handle: Handler, *, connect: dict[str, Any], connections: int,
